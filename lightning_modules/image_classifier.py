@@ -1,0 +1,171 @@
+"""Image classification training logic: loss, metrics per stage, optimiser and schedule.
+
+The network is injected (``ImageClassifier(net=ViT(...))``); this module knows nothing about
+architectures or data files. Recipe knobs are the ones the ViT paper and the strong small-data
+recipes vary: AdamW, linear warm-up then cosine decay, label smoothing, no weight decay on
+norms, biases, position embeddings and the class token.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+from lightning import LightningModule
+from timm.optim import param_groups_weight_decay
+from torch import nn
+from torchmetrics.classification import MulticlassAccuracy
+
+from lightning_modules.model_stats import count_flops, count_parameters
+
+
+def warmup_cosine(step: int, *, warmup_steps: int, total_steps: int, min_lr_ratio: float) -> float:
+    """Learning-rate multiplier: linear from 1/warmup_steps to 1, then cosine to min_lr_ratio.
+
+    ``step`` counts optimiser steps from 0. Past ``total_steps`` it stays at ``min_lr_ratio``.
+    """
+    if warmup_steps > 0 and step < warmup_steps:
+        return (step + 1) / warmup_steps
+    decay_steps = max(1, total_steps - warmup_steps)
+    progress = min(1.0, (step - warmup_steps) / decay_steps)
+    return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+class ImageClassifier(LightningModule):
+    """Train and evaluate any ``nn.Module`` that maps images (B, C, H, W) to logits (B, K).
+
+    Args:
+        net: the network; must have ``num_classes`` (timm models do).
+        lr: peak learning rate (after warm-up), for the global batch as configured.
+        weight_decay: AdamW decoupled weight decay; not applied to parameters with fewer than
+            two dimensions (norms, biases) nor to those named in ``net.no_weight_decay()``
+            (position embeddings, class token).
+        betas: AdamW betas.
+        warmup_fraction: fraction of all optimiser steps spent in linear warm-up.
+        warmup_steps: if set, the warm-up length in steps (overrides ``warmup_fraction``).
+        min_lr_ratio: the cosine schedule ends at ``lr * min_lr_ratio``.
+        label_smoothing: cross-entropy label smoothing.
+    """
+
+    #: the metric ModelCheckpoint and early stopping watch, and in which direction
+    monitor = ("val/acc", "max")
+
+    def __init__(
+        self,
+        net: nn.Module,
+        *,
+        lr: float = 1e-3,
+        weight_decay: float = 0.05,
+        betas: tuple[float, float] = (0.9, 0.999),
+        warmup_fraction: float = 0.05,
+        warmup_steps: int | None = None,
+        min_lr_ratio: float = 0.0,
+        label_smoothing: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if lr <= 0:
+            raise ValueError(f"lr={lr!r} must be positive")
+        if not 0.0 <= warmup_fraction < 1.0:
+            raise ValueError(f"warmup_fraction={warmup_fraction!r} must be in [0, 1)")
+        if not 0.0 <= label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing={label_smoothing!r} must be in [0, 1)")
+        num_classes = getattr(net, "num_classes", None)
+        if not isinstance(num_classes, int) or num_classes < 2:
+            raise ValueError(f"net must have an integer num_classes >= 2, got {num_classes!r}")
+        with warnings.catch_warnings():
+            # Under LightningCLI the hparams hold the net's *config* (so load_from_checkpoint can
+            # rebuild it); called directly they would hold the module itself, which the
+            # checkpoint's state_dict already stores: drop it then.
+            warnings.filterwarnings("ignore", message=".*is an instance of `nn.Module`.*")
+            self.save_hyperparameters()
+        if isinstance(self.hparams.get("net"), nn.Module):
+            del self.hparams["net"]
+        self.net = net
+        self.num_classes = num_classes
+        self.criterion = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
+        # One metric object per stage, so states never mix across stages.
+        self.train_acc = MulticlassAccuracy(num_classes=num_classes, average="micro")
+        self.val_acc = MulticlassAccuracy(num_classes=num_classes, average="micro")
+        self.test_acc = MulticlassAccuracy(num_classes=num_classes, average="micro")
+        self.num_params: int = count_parameters(net)
+        self.flops_per_image: int | None = None
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.net(images)
+
+    # ---------------------------------------------------------------- setup
+    def setup(self, stage: str) -> None:
+        """Check the net against the data before any step runs, and count FLOPs once."""
+        datamodule = getattr(self.trainer, "datamodule", None) if self._trainer else None
+        data_classes = getattr(datamodule, "num_classes", None)
+        if data_classes is not None and data_classes != self.num_classes:
+            raise ValueError(
+                f"the data has {data_classes} classes but the net was built with "
+                f"num_classes={self.num_classes}; set --model.net.init_args.num_classes {data_classes}"
+            )
+        data_shape = getattr(datamodule, "input_shape", None)
+        net_shape = getattr(self.net, "input_shape", None)
+        if data_shape is not None and net_shape is not None and tuple(data_shape) != tuple(net_shape):
+            raise ValueError(
+                f"the data's images are {tuple(data_shape)} (C, H, W) but the net expects "
+                f"{tuple(net_shape)}; set the net's in_chans/img_size (or the data's image_size) to agree"
+            )
+        shape = data_shape or net_shape
+        if shape is not None:
+            self.example_input_array = torch.zeros(2, *shape)  # shapes and FLOPs in the model summary
+        if self.flops_per_image is None and shape is not None:
+            self.flops_per_image = count_flops(self.net, torch.zeros(1, *shape))
+
+    def on_fit_start(self) -> None:
+        stats = {"model/params": self.num_params}
+        if self.flops_per_image is not None:
+            stats["model/flops_per_image"] = self.flops_per_image
+        for logger in self.loggers:
+            logger.log_hyperparams(stats)
+
+    # ---------------------------------------------------------------- steps
+    def _shared_step(self, batch, metric: MulticlassAccuracy) -> torch.Tensor:
+        images, labels = batch
+        logits = self(images)
+        loss = self.criterion(logits, labels)
+        metric.update(logits.detach(), labels)
+        return loss
+
+    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
+        loss = self._shared_step(batch, self.train_acc)
+        self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, sync_dist=True)
+        self.log("train/acc", self.train_acc, on_step=False, on_epoch=True)
+        self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"], on_step=True, on_epoch=False)
+        return loss
+
+    def validation_step(self, batch, batch_idx: int) -> None:
+        loss = self._shared_step(batch, self.val_acc)
+        self.log("val/loss", loss, on_step=False, on_epoch=True, sync_dist=True)
+        self.log("val/acc", self.val_acc, prog_bar=True, on_step=False, on_epoch=True)
+
+    def test_step(self, batch, batch_idx: int) -> None:
+        loss = self._shared_step(batch, self.test_acc)
+        self.log("test/loss", loss, on_step=False, on_epoch=True, sync_dist=True)
+        self.log("test/acc", self.test_acc, on_step=False, on_epoch=True)
+
+    def predict_step(self, batch, batch_idx: int) -> torch.Tensor:
+        images = batch[0] if isinstance(batch, (tuple, list)) else batch
+        return self(images).softmax(dim=-1)
+
+    # ---------------------------------------------------------------- optimiser
+    def configure_optimizers(self):
+        no_decay = set(self.net.no_weight_decay()) if hasattr(self.net, "no_weight_decay") else set()
+        groups = param_groups_weight_decay(self.net, self.hparams.weight_decay, no_weight_decay_list=no_decay)
+        optimizer = torch.optim.AdamW(groups, lr=self.hparams.lr, betas=tuple(self.hparams.betas))
+        total = int(self.trainer.estimated_stepping_batches)
+        warmup = self.hparams.warmup_steps
+        if warmup is None:
+            warmup = int(self.hparams.warmup_fraction * total)
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer,
+            lambda step: warmup_cosine(
+                step, warmup_steps=warmup, total_steps=total, min_lr_ratio=self.hparams.min_lr_ratio
+            ),
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

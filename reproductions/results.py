@@ -1,0 +1,107 @@
+"""The run directory's ``results.json``: what a run measured and under which code and versions.
+
+Written once, at the end of a successful run, atomically (temporary file in the same
+directory, then ``os.replace``), so a reader sees either no file or a complete one. A sweep
+treats a run directory with a ``results.json`` whose ``status`` is ``finished`` as done.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+RESULTS_FILE = "results.json"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+_VERSIONED = ("torch", "lightning", "timm", "torchmetrics", "datasets", "wandb", "jsonargparse", "numpy")
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` so that the file is either absent/old or complete."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: str | os.PathLike, data: Any) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=_json_default) + "\n")
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):  # tensors and numpy scalars
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, (set, tuple)):
+        return list(value)
+    raise TypeError(f"cannot write {type(value).__name__} to JSON")
+
+
+def package_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for name in _VERSIONED:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def git_state(repo: Path = REPO_ROOT) -> dict[str, Any]:
+    """Commit hash and whether the work tree had uncommitted changes (None when not a git checkout)."""
+
+    def _git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(
+                ["git", *args], cwd=repo, capture_output=True, text=True, timeout=10, check=True
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return out.stdout.strip()
+
+    commit = _git("rev-parse", "HEAD")
+    status = _git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+def _command_line() -> list[str]:
+    argv = list(sys.argv)
+    if argv and Path(argv[0]).name == "__main__.py":
+        argv[0:1] = ["-m", Path(argv[0]).parent.name]
+    return ["python", *argv]
+
+
+def environment() -> dict[str, Any]:
+    return {
+        "versions": package_versions(),
+        "git": git_state(),
+        "host": platform.node(),
+        "command": " ".join(_command_line()),
+        "finished_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def read_results(run_dir: str | os.PathLike) -> dict[str, Any] | None:
+    """The run's results, or None if the run has not finished (no file, or not parseable)."""
+    path = Path(run_dir) / RESULTS_FILE
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if data.get("status") == "finished" else None

@@ -1,0 +1,21 @@
+"""Test-wide settings: offline, CPU, quiet; set before any library reads them at import."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ["WANDB_MODE"] = "offline"
+os.environ.setdefault("WANDB_SILENT", "true")
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+
+@pytest.fixture(autouse=True)
+def _isolated_caches(tmp_path_factory, monkeypatch):
+    """Keep every cache a test writes out of the user's home."""
+    cache = tmp_path_factory.getbasetemp() / "hf-cache"
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(cache))
