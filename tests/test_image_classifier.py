@@ -1,0 +1,142 @@
+"""ImageClassifier: schedule, weight-decay groups, FLOP counting, data/net consistency checks."""
+
+import math
+
+import lightning as L
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from lightning_modules.image_classifier import ImageClassifier, warmup_cosine
+from lightning_modules.model_stats import count_flops, count_parameters
+from models.vit import ViT
+
+
+def tiny_vit(**kw):
+    args = dict(img_size=8, in_chans=1, num_classes=4, patch_size=2, embed_dim=16, depth=2, num_heads=2, mlp_ratio=2.0)
+    args.update(kw)
+    return ViT(**args)
+
+
+class TinyData(L.LightningDataModule):
+    def __init__(self, num_classes=4, n=64, batch_size=16, shape=(1, 8, 8)):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.num_classes, self.input_shape, self.batch_size = num_classes, shape, batch_size
+        self.x = torch.randn(n, *shape, generator=g)
+        self.y = torch.randint(0, num_classes, (n,), generator=g)
+
+    def train_dataloader(self):
+        return DataLoader(TensorDataset(self.x, self.y), batch_size=self.batch_size, shuffle=False)
+
+    val_dataloader = test_dataloader = train_dataloader
+
+
+def trainer(**kw):
+    args = dict(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
+                enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+    args.update(kw)
+    return L.Trainer(**args)
+
+
+def test_warmup_cosine_shape():
+    lrs = [warmup_cosine(s, warmup_steps=10, total_steps=100, min_lr_ratio=0.1) for s in range(120)]
+    assert lrs[0] == pytest.approx(0.1)  # 1/warmup
+    assert lrs[9] == pytest.approx(1.0)  # end of warm-up: peak
+    assert all(a < b for a, b in zip(lrs[:9], lrs[1:10]))  # rising during warm-up
+    assert all(a >= b for a, b in zip(lrs[10:100], lrs[11:101]))  # cosine decay is monotone
+    assert lrs[55] == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)))
+    assert lrs[100] == pytest.approx(0.1) and lrs[119] == pytest.approx(0.1)
+    assert warmup_cosine(0, warmup_steps=0, total_steps=10, min_lr_ratio=0.0) == pytest.approx(1.0)
+
+
+def test_no_weight_decay_on_norms_biases_and_embeddings():
+    module = ImageClassifier(tiny_vit(), lr=1e-3, weight_decay=0.1, warmup_steps=2)
+    t = trainer(max_steps=4)
+    t.fit(module, datamodule=TinyData())
+    groups = t.optimizers[0].param_groups
+    names = {id(p): n for n, p in module.net.named_parameters()}
+    decayed = {names[id(p)] for g in groups if g["weight_decay"] > 0 for p in g["params"]}
+    plain = {names[id(p)] for g in groups if g["weight_decay"] == 0 for p in g["params"]}
+    assert "pos_embed" in plain and "cls_token" in plain
+    assert all(n.endswith(".bias") or ".norm" in n or n.startswith("norm") or n in ("pos_embed", "cls_token")
+               for n in plain), plain
+    assert "blocks.0.attn.qkv.weight" in decayed and "head.weight" in decayed
+    assert decayed | plain == set(names.values())  # every parameter is optimised exactly once
+    assert not decayed & plain
+
+
+def test_schedule_follows_warmup_cosine_per_step():
+    module = ImageClassifier(tiny_vit(), lr=1e-2, warmup_steps=2, min_lr_ratio=0.0)
+    lrs = []
+
+    class Record(L.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            lrs.append(trainer.optimizers[0].param_groups[0]["lr"])
+
+    t = trainer(max_epochs=2, callbacks=[Record()])
+    t.fit(module, datamodule=TinyData(n=64, batch_size=16))  # 4 steps per epoch, 8 in all
+    expected = [1e-2 * warmup_cosine(s, warmup_steps=2, total_steps=8, min_lr_ratio=0.0) for s in range(8)]
+    assert lrs == pytest.approx(expected)
+
+
+def test_flops_match_the_analytic_count():
+    """Known answer: every matmul of a ViT forward, a multiply-add counted as 2 FLOPs."""
+    C, S, P, D, depth, M, K = 1, 8, 2, 16, 2, 2.0, 4
+    net = tiny_vit(embed_dim=D, depth=depth, mlp_ratio=M, num_classes=K)
+    N = (S // P) ** 2
+    T = N + 1  # class token
+    hidden = int(D * M)
+    patch = 2 * N * (C * P * P) * D
+    per_block = 2 * T * D * 3 * D + 2 * 2 * T * T * D + 2 * T * D * D + 2 * 2 * T * D * hidden
+    head = 2 * D * K
+    assert count_flops(net, torch.zeros(1, C, S, S)) == patch + depth * per_block + head
+
+
+def test_flops_count_leaves_module_state_alone():
+    net = tiny_vit()
+    net.train()
+    count_flops(net, torch.zeros(1, 1, 8, 8))
+    assert net.training
+    assert all(p.grad is None for p in net.parameters())
+
+
+def test_module_records_params_and_flops():
+    net = tiny_vit()
+    module = ImageClassifier(net)
+    module.trainer = trainer(max_steps=1)
+    assert module.num_params == count_parameters(net) == sum(p.numel() for p in net.parameters())
+
+
+def test_class_count_mismatch_fails_before_training():
+    module = ImageClassifier(tiny_vit(num_classes=4))
+    with pytest.raises(ValueError, match=r"7 classes.*num_classes=4"):
+        trainer(max_steps=1).fit(module, datamodule=TinyData(num_classes=7))
+    assert module.global_step == 0
+
+
+def test_image_shape_mismatch_fails_before_training():
+    module = ImageClassifier(tiny_vit())
+    with pytest.raises(ValueError, match=r"\(3, 8, 8\).*\(1, 8, 8\)"):
+        trainer(max_steps=1).fit(module, datamodule=TinyData(shape=(3, 8, 8)))
+
+
+@pytest.mark.parametrize("kwargs, bad", [({"lr": 0.0}, "lr=0.0"), ({"label_smoothing": 1.0}, "label_smoothing=1.0"),
+                                         ({"warmup_fraction": 1.5}, "warmup_fraction=1.5")])
+def test_bad_recipe_values_raise(kwargs, bad):
+    with pytest.raises(ValueError, match=bad):
+        ImageClassifier(tiny_vit(), **kwargs)
+
+
+def test_training_fits_a_small_batch():
+    """The whole loop learns: a few dozen steps drive the loss on a fixed batch far down."""
+    torch.manual_seed(0)
+    data = TinyData(n=16, batch_size=16)
+    module = ImageClassifier(tiny_vit(embed_dim=32), lr=1e-2, warmup_steps=0, weight_decay=0.0)
+    x, y = data.x, data.y
+    before = torch.nn.functional.cross_entropy(module(x), y).item()
+    trainer(max_epochs=150).fit(module, datamodule=data)
+    module.eval()
+    after = torch.nn.functional.cross_entropy(module(x), y).item()
+    assert after < 0.2 * before
+    assert (module(x).argmax(-1) == y).float().mean() > 0.9
