@@ -11,23 +11,69 @@ anything is built, so a bad config fails with the bad value and the allowed ones
       normalised tokens are averaged (global average pooling). This is the paper's placement
       (the original code normalises in the encoder, then pools), not timm's default for
       ``avg`` (which pools first and normalises after, ``fc_norm``).
-- ``pos_embed``: the position embedding (Appendix D.4).
-    * ``none``: no position information; the encoder sees a bag of patches.
-    * ``learned_1d``: one learned vector per token in raster order, added once after the patch
-      embedding. With ``pool='cls'`` the class token has its own entry (E_pos has N+1 rows, Eq. 1).
-- ``dropout`` (after the position embedding and after every dense layer but the qkv
-  projection, as in Appendix B.1), ``attn_dropout`` (on the attention weights) and
-  ``drop_path`` (stochastic depth, linearly increasing with depth as in timm).
+- ``pos_embed``: the position embedding kind (Appendix D.4, Table 8; ``models/position.py``
+  defines each, including what the class token gets):
+  ``none`` | ``learned_1d`` (default) | ``learned_2d`` | ``sincos_2d`` | ``relative`` | ``relative_2d``.
+- ``pos_placement``: where an absolute embedding enters (Table 8's columns):
+  ``stem`` (default) | ``every_layer`` | ``every_layer_shared``. ``none`` and the relative
+  kinds take only ``stem``.
+  With ``learned_1d`` + ``stem`` the model is exactly timm's ViT (timm's ``pos_embed``
+  parameter, same names and parameter count). Other stem kinds live in ``pos_stem``; a shared
+  every-layer embedding in ``pos_shared``; per-layer ones in ``blocks[i].pos``; relative
+  tables in ``blocks[i].attn.rel_pos``. ``absolute_pos_embed(block)`` returns any of them as a
+  (1, T, D) table.
+- ``attention``: how a query scores a key, per head.
+    * ``dot``: softmax(q k^T / sqrt(d_head) + bias) (the paper's).
+    * ``additive``: Bahdanau-style score(q, k) = v^T tanh(W_q q + W_k k), with W_q, W_k
+      (d_head -> d_a) and v (d_a) per head, d_a = ``additive_dim`` (default d_head). It cannot
+      use the fused kernel: the (B, heads, T, T, d_a) tanh activations are materialised and
+      kept for the backward pass, O(B * heads * T^2 * d_a) memory, d_a times the attention
+      matrix. Meant for small models; lower ``additive_dim`` to save memory.
+- ``dropout`` (after the stem, i.e. after adding the position embedding, for every kind, and
+  after every dense layer but the qkv projection, as in Appendix B.1), ``attn_dropout`` (on
+  the attention weights) and ``drop_path`` (stochastic depth, linearly increasing with depth
+  as in timm).
 
-Training uses timm's fused attention (``F.scaled_dot_product_attention``).
+Attention paths. Training uses timm's fused attention (``F.scaled_dot_product_attention``);
+relative position logits go in as its additive float ``attn_mask`` (B, heads, T, T). The
+explicit path computes softmax(logits + bias) @ V by hand and can keep the weights: use
+``with explicit_attention(model) as weights: model(x)``; then ``weights[i]`` is block i's
+(B, heads, T, T) softmax (rows sum to 1). Per module: ``blocks[i].attn.fused_attn = False``
+(timm's switch) selects the explicit path and ``blocks[i].attn.return_weights = True`` stores
+``blocks[i].attn.last_weights``. Additive scoring always takes the explicit path.
 """
 
 from __future__ import annotations
 
-from timm.models.vision_transformer import VisionTransformer
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from functools import partial
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from timm.layers import LayerNorm
+from timm.layers.attention import Attention, maybe_add_mask, resolve_self_attn_mask
+from timm.models.vision_transformer import Block, VisionTransformer
+
+from models.position import (
+    POS_EMBED_KINDS,
+    POS_PLACEMENTS,
+    RELATIVE_KINDS,
+    LearnedPosEmbed1d,
+    LearnedPosEmbed2d,
+    RelativePositionLogits,
+    SinCosPosEmbed2d,
+    build_absolute,
+    build_relative,
+    validate_position,
+)
 
 POOLINGS = ("cls", "gap")
-POS_EMBEDS = ("none", "learned_1d")
+POS_EMBEDS = POS_EMBED_KINDS
+ATTENTIONS = ("dot", "additive")
+POSITION_MODULES = (LearnedPosEmbed1d, LearnedPosEmbed2d, SinCosPosEmbed2d, RelativePositionLogits)
 
 
 def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -62,6 +108,9 @@ def validate_vit_config(
     dropout: float,
     attn_dropout: float,
     drop_path: float,
+    pos_placement: str = "stem",
+    attention: str = "dot",
+    additive_dim: Optional[int] = None,
 ) -> None:
     """Raise ValueError naming the first invalid value; called before any module is built."""
     _check_positive(
@@ -70,6 +119,15 @@ def validate_vit_config(
     )
     _check_choice("pool", pool, POOLINGS)
     _check_choice("pos_embed", pos_embed, POS_EMBEDS)
+    _check_choice("pos_placement", pos_placement, POS_PLACEMENTS)
+    _check_choice("attention", attention, ATTENTIONS)
+    if additive_dim is not None:
+        if attention != "additive":
+            raise ValueError(
+                f"additive_dim={additive_dim!r} is only used with attention='additive' "
+                f"(got attention={attention!r}); leave it None"
+            )
+        _check_positive(additive_dim=additive_dim)
     _check_rate(dropout=dropout, attn_dropout=attn_dropout, drop_path=drop_path)
     if img_size % patch_size:
         divisors = [p for p in range(1, img_size + 1) if img_size % p == 0]
@@ -83,6 +141,237 @@ def validate_vit_config(
             f"num_heads={num_heads} does not divide embed_dim={embed_dim}; "
             f"head counts that do: {heads}"
         )
+    validate_position(kind=pos_embed, placement=pos_placement, embed_dim=embed_dim, num_heads=num_heads)
+
+
+class ViTAttention(Attention):
+    """timm's multi-head self-attention plus relative position logits, additive scoring and
+    an explicit path that can return the attention weights.
+
+    Parameter names are timm's (``qkv``, ``q_norm``, ``k_norm``, ``norm``, ``proj``, ``gate``),
+    plus ``rel_pos.embed`` (relative kinds) and ``additive_q`` (heads, d_head, d_a),
+    ``additive_k`` (heads, d_head, d_a), ``additive_v`` (heads, d_a) (additive scoring).
+
+    x (B, T, D) -> (B, T, D). Paths:
+    - fused (``fused_attn`` True, ``scoring='dot'``, ``return_weights`` False): timm's
+      ``F.scaled_dot_product_attention`` call; the relative bias (B, heads, T, T) is its
+      float ``attn_mask``. Without a relative bias this is exactly timm's ``Attention``.
+    - explicit (otherwise): logits = (q / sqrt(d_head)) k^T (timm's unfused order) or the
+      additive scores, + bias, softmax, dropout, @ V. With ``return_weights`` the softmax
+      (B, heads, T, T), before dropout and detached, is kept in ``last_weights``.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int = 8,
+        *,
+        scoring: str = "dot",
+        additive_dim: Optional[int] = None,
+        rel_pos: Optional[RelativePositionLogits] = None,
+        **kwargs,
+    ) -> None:
+        _check_choice("attention", scoring, ATTENTIONS)
+        super().__init__(dim, num_heads=num_heads, **kwargs)
+        self.scoring = scoring
+        self.rel_pos = rel_pos
+        self.return_weights = False
+        self.last_weights: Optional[torch.Tensor] = None
+        self.additive_dim = (additive_dim or self.head_dim) if scoring == "additive" else None
+        if scoring == "additive":
+            dd = {"device": kwargs.get("device"), "dtype": kwargs.get("dtype")}
+            d_a = self.additive_dim
+            self.additive_q = nn.Parameter(torch.empty(num_heads, self.head_dim, d_a, **dd))
+            self.additive_k = nn.Parameter(torch.empty(num_heads, self.head_dim, d_a, **dd))
+            self.additive_v = nn.Parameter(torch.empty(num_heads, d_a, **dd))
+        else:
+            self.additive_q = self.additive_k = self.additive_v = None
+        self.init_weights()
+
+    def init_weights(self) -> None:
+        """Additive-scoring weights like ``nn.Linear``'s default: U(+-1/sqrt(fan_in)).
+
+        Only this module's own parameters; timm's init handles qkv/proj and ``rel_pos``.
+        """
+        if self.scoring == "additive":
+            for p, fan_in in (
+                (self.additive_q, self.head_dim),
+                (self.additive_k, self.head_dim),
+                (self.additive_v, self.additive_dim),
+            ):
+                nn.init.uniform_(p, -fan_in ** -0.5, fan_in ** -0.5)
+
+    def logits(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """Attention logits before any bias: q, k (B, heads, T, d_head) -> (B, heads, T, T)."""
+        if self.scoring == "dot":
+            return (q * self.scale) @ k.transpose(-2, -1)
+        qa = torch.einsum("bhnd,hda->bhna", q, self.additive_q)
+        ka = torch.einsum("bhnd,hda->bhna", k, self.additive_k)
+        hidden = torch.tanh(qa.unsqueeze(3) + ka.unsqueeze(2))  # (B, heads, T, T, d_a): the memory cost
+        return torch.einsum("bhqka,ha->bhqk", hidden, self.additive_v)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        attn_mask: Optional[torch.Tensor] = None,
+        is_causal: bool = False,
+    ) -> torch.Tensor:
+        B, N, C = x.shape
+        gate = self.gate(x).sigmoid() if self.gate is not None else None
+        qkv = self.qkv(x).reshape(B, N, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        q, k = self.q_norm(q), self.k_norm(k)
+
+        if self.rel_pos is not None:
+            # The paper's relative attention: the original query against the offset embeddings.
+            bias = self.rel_pos(q).to(q.dtype)
+            if attn_mask is not None or is_causal:
+                bias = bias + resolve_self_attn_mask(N, bias, attn_mask, is_causal)
+            attn_mask, is_causal = bias, False
+
+        if self.fused_attn and self.scoring == "dot" and not self.return_weights:
+            x = F.scaled_dot_product_attention(
+                q, k, v,
+                attn_mask=attn_mask,
+                dropout_p=self.attn_drop.p if self.training else 0.0,
+                is_causal=is_causal,
+            )
+        else:
+            attn = self.logits(q, k)
+            attn = maybe_add_mask(attn, resolve_self_attn_mask(N, attn, attn_mask, is_causal))
+            attn = attn.softmax(dim=-1)
+            if self.return_weights:
+                self.last_weights = attn.detach()
+            attn = self.attn_drop(attn)
+            x = attn @ v
+
+        x = x.transpose(1, 2).reshape(B, N, self.attn_dim)
+        x = self.norm(x)
+        if gate is not None:
+            x = x * gate
+        x = self.proj(x)
+        x = self.proj_drop(x)
+        return x
+
+
+class ViTBlock(Block):
+    """timm's pre-norm ``Block`` with a ``ViTAttention`` and an optional position embedding
+    added at its input (placements ``every_layer``: its own ``pos``; ``every_layer_shared``:
+    a module owned by the ViT as ``pos_shared``, referenced here without registering it, so
+    it is saved and counted once). Parameter names are timm's; x (B, T, D) -> (B, T, D).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        *,
+        qkv_bias: bool = False,
+        qk_norm: bool = False,
+        scale_attn_norm: bool = False,
+        proj_bias: bool = True,
+        proj_drop: float = 0.0,
+        attn_drop: float = 0.0,
+        norm_layer: type[nn.Module] = LayerNorm,
+        attn_layer=None,  # replaced by ViTAttention
+        scoring: str = "dot",
+        additive_dim: Optional[int] = None,
+        relative: Optional[str] = None,
+        layer_pos: Optional[str] = None,
+        shared_pos: Optional[nn.Module] = None,
+        grid_size: tuple[int, int] = (1, 1),
+        num_prefix_tokens: int = 0,
+        device=None,
+        dtype=None,
+        **kwargs,
+    ) -> None:
+        # nn.Identity swallows timm's attention arguments; the real attention is built below.
+        super().__init__(
+            dim, num_heads, qkv_bias=qkv_bias, qk_norm=qk_norm, scale_attn_norm=scale_attn_norm,
+            proj_bias=proj_bias, proj_drop=proj_drop, attn_drop=attn_drop, norm_layer=norm_layer,
+            attn_layer=nn.Identity, device=device, dtype=dtype, **kwargs,
+        )
+        head_dim = dim // num_heads
+        self.attn = ViTAttention(  # same slot in _modules as timm's, so the same parameter order
+            dim, num_heads=num_heads, qkv_bias=qkv_bias, qk_norm=qk_norm,
+            scale_norm=scale_attn_norm, proj_bias=proj_bias, attn_drop=attn_drop,
+            proj_drop=proj_drop, norm_layer=norm_layer, device=device, dtype=dtype,
+            scoring=scoring, additive_dim=additive_dim,
+            rel_pos=build_relative(
+                kind=relative, grid_size=grid_size, num_heads=num_heads, head_dim=head_dim,
+                num_prefix_tokens=num_prefix_tokens,
+            ) if relative else None,
+        )
+        self.pos = build_absolute(
+            kind=layer_pos, grid_size=grid_size, embed_dim=dim, num_prefix_tokens=num_prefix_tokens
+        ) if layer_pos else None
+        self._shared_pos = (shared_pos,) if shared_pos is not None else ()  # a tuple: not registered
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        attn_mask: Optional[torch.Tensor] = None,
+        is_causal: bool = False,
+    ) -> torch.Tensor:
+        if self.pos is not None:
+            x = self.pos(x)
+        for pos in self._shared_pos:
+            x = pos(x)
+        return super().forward(x, attn_mask=attn_mask, is_causal=is_causal)
+
+
+class AttentionWeights(Sequence):
+    """Per-block attention weights collected by ``explicit_attention``: item i is block i's
+    softmax (B, heads, T, T) from the latest forward (None before one). Live inside the
+    ``with`` block, frozen when it exits. ``torch.stack(list(w))`` gives (L, B, heads, T, T).
+    """
+
+    def __init__(self, modules: list[ViTAttention]) -> None:
+        self._modules = modules
+        self._frozen: Optional[list[Optional[torch.Tensor]]] = None
+
+    def _items(self) -> list[Optional[torch.Tensor]]:
+        if self._frozen is not None:
+            return self._frozen
+        return [m.last_weights for m in self._modules]
+
+    def __getitem__(self, i):
+        return self._items()[i]
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def freeze(self) -> None:
+        self._frozen = self._items()
+
+
+@contextmanager
+def explicit_attention(model: nn.Module, *, store_weights: bool = True) -> Iterator[AttentionWeights]:
+    """Run every ``ViTAttention`` in ``model`` on the explicit softmax path, for analysis.
+
+    Yields an ``AttentionWeights`` (one (B, heads, T, T) tensor per block, in block order,
+    filled by each forward; detached). On exit the previous paths are restored and the
+    modules drop their stored weights (the yielded object keeps the last ones).
+
+        with explicit_attention(model) as weights:
+            logits = model(images)
+        maps = torch.stack(list(weights))  # (depth, B, heads, T, T)
+    """
+    modules = [m for m in model.modules() if isinstance(m, ViTAttention)]
+    if not modules:
+        raise TypeError(
+            f"{type(model).__name__} has no ViTAttention module; build the model with models.vit.ViT"
+        )
+    saved = [(m.fused_attn, m.return_weights) for m in modules]
+    weights = AttentionWeights(modules)
+    try:
+        for m in modules:
+            m.fused_attn, m.return_weights, m.last_weights = False, store_weights, None
+        yield weights
+    finally:
+        weights.freeze()
+        for m, (fused, ret) in zip(modules, saved):
+            m.fused_attn, m.return_weights, m.last_weights = fused, ret, None
 
 
 class ViT(VisionTransformer):
@@ -90,7 +379,9 @@ class ViT(VisionTransformer):
 
     Being a timm VisionTransformer, it keeps timm's ``forward_features`` / ``forward_head``
     split, ``no_weight_decay()``, checkpoint-compatible parameter names, and works with every
-    tool in this repository that accepts a timm ViT (analysis/).
+    tool in this repository that accepts a timm ViT (analysis/). Blocks are ``ViTBlock`` with
+    ``ViTAttention`` for every configuration (numerically timm's on the fused path), so
+    ``explicit_attention`` works on all of them.
 
     Shapes: input (B, in_chans, img_size, img_size) -> logits (B, num_classes);
     tokens (B, N + [1 if pool == 'cls'], embed_dim) with N = (img_size // patch_size) ** 2.
@@ -112,12 +403,32 @@ class ViT(VisionTransformer):
         dropout: float = 0.0,
         attn_dropout: float = 0.0,
         drop_path: float = 0.0,
+        pos_placement: str = "stem",
+        attention: str = "dot",
+        additive_dim: Optional[int] = None,
     ) -> None:
         validate_vit_config(
             img_size=img_size, in_chans=in_chans, num_classes=num_classes, patch_size=patch_size,
             embed_dim=embed_dim, depth=depth, num_heads=num_heads, mlp_ratio=mlp_ratio,
             pool=pool, pos_embed=pos_embed, dropout=dropout, attn_dropout=attn_dropout,
-            drop_path=drop_path,
+            drop_path=drop_path, pos_placement=pos_placement, attention=attention,
+            additive_dim=additive_dim,
+        )
+        grid_size = (img_size // patch_size, img_size // patch_size)
+        num_prefix_tokens = 1 if pool == "cls" else 0
+        absolute = dict(grid_size=grid_size, embed_dim=embed_dim, num_prefix_tokens=num_prefix_tokens)
+        shared = (
+            build_absolute(kind=pos_embed, **absolute) if pos_placement == "every_layer_shared" else None
+        )
+        block_fn = partial(
+            ViTBlock,
+            scoring=attention,
+            additive_dim=additive_dim,
+            relative=pos_embed if pos_embed in RELATIVE_KINDS else None,
+            layer_pos=pos_embed if pos_placement == "every_layer" else None,
+            shared_pos=shared,
+            grid_size=grid_size,
+            num_prefix_tokens=num_prefix_tokens,
         )
         super().__init__(
             img_size=img_size,
@@ -126,7 +437,8 @@ class ViT(VisionTransformer):
             num_classes=num_classes,
             global_pool="token" if pool == "cls" else "avg",
             class_token=pool == "cls",
-            pos_embed="learn" if pos_embed == "learned_1d" else "none",
+            # timm's own table for the paper's default, so it stays exactly timm's ViT
+            pos_embed="learn" if (pos_embed, pos_placement) == ("learned_1d", "stem") else "none",
             fc_norm=False,  # LayerNorm before pooling for both heads (see module docstring)
             final_norm=True,
             embed_dim=embed_dim,
@@ -137,12 +449,63 @@ class ViT(VisionTransformer):
             proj_drop_rate=dropout,
             attn_drop_rate=attn_dropout,
             drop_path_rate=drop_path,
+            block_fn=block_fn,
         )
+        stem_kind = pos_embed if pos_placement == "stem" and pos_embed in ("learned_2d", "sincos_2d") else None
+        self.pos_stem = build_absolute(kind=stem_kind, **absolute) if stem_kind else None
+        self.pos_shared = shared
         self.img_size = img_size
         self.in_chans = in_chans
         self.patch_size = patch_size
         self.pool_kind = pool  # (timm uses `self.pool` for its pooling method)
         self.pos_embed_kind = pos_embed
+        self.pos_placement = pos_placement
+        self.attention_kind = attention
+
+    def _pos_embed(self, x: torch.Tensor) -> torch.Tensor:
+        """Patch tokens (B, H, W, D) or (B, N, D) -> (B, T, D): class token, stem embedding, dropout."""
+        if self.pos_embed is not None:  # learned_1d at the stem: timm's code, dropout included
+            return super()._pos_embed(x)
+        x = super()._pos_embed(x)  # without timm's table: only the class token is prepended
+        if self.pos_stem is not None:
+            x = self.pos_stem(x)
+        return self.pos_drop(x)
+
+    def absolute_pos_embed(self, block: Optional[int] = None) -> Optional[torch.Tensor]:
+        """The absolute position table (1, T, D) added at the stem (``block=None``) or at the
+        input of block ``block``; None where nothing is added (e.g. none, relative kinds)."""
+        if block is None:
+            if self.pos_embed is not None:
+                return self.pos_embed
+            return self.pos_stem.table() if self.pos_stem is not None else None
+        blk = self.blocks[block]
+        if blk.pos is not None:
+            return blk.pos.table()
+        return self.pos_shared.table() if self.pos_shared is not None else None
+
+    @torch.jit.ignore
+    def no_weight_decay(self) -> set[str]:
+        """timm's set plus the full name of every position-embedding parameter."""
+        names = set(super().no_weight_decay())
+        for prefix, module in self.named_modules():
+            if isinstance(module, POSITION_MODULES):
+                names |= {f"{prefix}.{n}" for n, _ in module.named_parameters()}
+        return names
+
+    @torch.jit.ignore
+    def group_matcher(self, coarse: bool = False) -> dict:
+        """timm's groups (for layer-wise learning-rate decay), stem tables included in the stem."""
+        groups = super().group_matcher(coarse)
+        groups["stem"] = r"^cls_token|reg_token|pos_embed|pos_stem|pos_shared|patch_embed|norm_pre"
+        return groups
+
+    def set_input_size(self, img_size=None, patch_size=None) -> None:
+        if self.pos_embed_kind != "none" and self.pos_embed is None:
+            raise NotImplementedError(
+                f"set_input_size supports pos_embed in ['none', 'learned_1d' at the stem], "
+                f"not pos_embed={self.pos_embed_kind!r} with pos_placement={self.pos_placement!r}"
+            )
+        super().set_input_size(img_size=img_size, patch_size=patch_size)
 
     @property
     def grid_size(self) -> tuple[int, int]:

@@ -1,0 +1,311 @@
+"""Position embeddings of ViT Table 8 (Dosovitskiy et al., ICLR 2021, Appendix D.4), plus two extensions.
+
+The paper compares *kinds* of position embedding and *placements* (where they enter the
+encoder). Names here, and what they mean (N = H * W patches in raster order, D = width,
+P = number of prefix tokens: 1 with a class token, else 0, T = P + N tokens):
+
+Kinds (``POS_EMBED_KINDS``)
+    ``none``         no position information: the encoder sees a bag of patches.
+    ``learned_1d``   a learned vector per token in raster order; E_pos has P + N rows (Eq. 1):
+                     the class token has its own learned entry. (At the stem this is timm's
+                     own ``pos_embed`` parameter; see ``models/vit.py``.)
+    ``learned_2d``   two learned tables X (W, D/2) and Y (H, D/2); the patch at (row, col) gets
+                     concat(X[col], Y[row]). D must be even. Class token: its own learned
+                     D-vector (``prefix_embed``), as learned_1d gives it its own row.
+    ``sincos_2d``    fixed 2-D sin-cos table (timm's ``build_sincos2d_pos_embed``; half the
+                     width encodes the row, half the column); no parameters, a non-persistent
+                     buffer. D must be divisible by 4. Class token: a zero vector (as MAE and
+                     MoCo v3 do); the class token's own learned value already plays that role.
+                     (Not in Table 8; the small-data contrast in PAPERS.md has a sinusoidal row.)
+    ``relative``     the paper's relative attention: each 1-D offset p_q - p_k in raster order,
+                     in [-(N-1), N-1], indexes a learned embedding r of width D (split into
+                     heads like keys are); an extra attention uses the *original* query with
+                     these embeddings as keys: logits_rel[h, q, k] = q^h_q . r^h_{p_q - p_k} /
+                     sqrt(d_head), added as a bias to the main attention logits before the
+                     softmax. Each block's attention has its own table.
+    ``relative_2d``  extension: as ``relative`` but the offset is (dr, dc) = (row_q - row_k,
+                     col_q - col_k), with one *joint* learned table of (2H - 1)(2W - 1) entries
+                     (not a sum of a row and a column table: the joint table can express
+                     everything the sum can, and 1-D raster offsets conflate e.g. (0, W-1)
+                     with (1, -1), which the joint table keeps apart).
+    Class token for both relative kinds: three dedicated learned buckets after the offset
+    buckets, as BEiT does: class query -> patch key, patch query -> class key, class ->
+    class. So a class token has no offset to a patch; it is "elsewhere", the same for all
+    patches.
+
+Placements (``POS_PLACEMENTS``)
+    ``stem``                added once, after the patch embedding and class token (default).
+    ``every_layer``         a separate learned embedding added at the input of every block
+                            (block 0 included, nothing at the stem).
+    ``every_layer_shared``  one embedding added at the input of every block.
+    Valid pairs follow Table 8 (``VALID_PLACEMENTS``): ``none`` only with ``stem`` (nothing to
+    place); the relative kinds live inside every block's attention, so the placement axis does
+    not apply to them and only ``stem`` (the default, meaning "the paper's relative
+    attention") is accepted; learned and sin-cos kinds take all three. For ``sincos_2d`` the
+    two every-layer placements are the same function (the table is fixed).
+
+Absolute modules (``LearnedPosEmbed1d``, ``LearnedPosEmbed2d``, ``SinCosPosEmbed2d``) share one
+interface: ``table()`` -> (1, T, D) and ``forward(x)`` -> x + table() for x (B, T, D).
+``RelativePositionLogits`` maps the per-head queries (B, heads, T, d_head) to the bias
+(B, heads, T, T). Everything is keyword-only; ``build_absolute`` / ``build_relative`` make them.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from timm.layers import trunc_normal_
+from timm.layers.pos_embed_sincos import build_sincos2d_pos_embed
+
+POS_EMBED_KINDS = ("none", "learned_1d", "learned_2d", "sincos_2d", "relative", "relative_2d")
+POS_PLACEMENTS = ("stem", "every_layer", "every_layer_shared")
+ABSOLUTE_KINDS = ("learned_1d", "learned_2d", "sincos_2d")
+RELATIVE_KINDS = ("relative", "relative_2d")
+VALID_PLACEMENTS: dict[str, tuple[str, ...]] = {
+    "none": ("stem",),
+    "learned_1d": POS_PLACEMENTS,
+    "learned_2d": POS_PLACEMENTS,
+    "sincos_2d": POS_PLACEMENTS,
+    "relative": ("stem",),
+    "relative_2d": ("stem",),
+}
+NUM_PREFIX_BUCKETS = 3  # class -> patch, patch -> class, class -> class (relative kinds)
+
+
+def validate_position(*, kind: str, placement: str, embed_dim: int, num_heads: int = 1) -> None:
+    """Raise ValueError naming the bad value and the allowed ones; builds nothing."""
+    if kind not in POS_EMBED_KINDS:
+        raise ValueError(f"pos_embed={kind!r} is not one of {list(POS_EMBED_KINDS)}")
+    if placement not in POS_PLACEMENTS:
+        raise ValueError(f"pos_placement={placement!r} is not one of {list(POS_PLACEMENTS)}")
+    allowed = VALID_PLACEMENTS[kind]
+    if placement not in allowed:
+        raise ValueError(
+            f"pos_placement={placement!r} is not valid with pos_embed={kind!r} "
+            f"(ViT Table 8); pos_embed={kind!r} allows pos_placement in {list(allowed)}"
+        )
+    if kind == "learned_2d" and embed_dim % 2:
+        raise ValueError(
+            f"embed_dim={embed_dim} must be even for pos_embed='learned_2d' "
+            "(X and Y tables of width embed_dim / 2 each)"
+        )
+    if kind == "sincos_2d" and embed_dim % 4:
+        raise ValueError(
+            f"embed_dim={embed_dim} must be divisible by 4 for pos_embed='sincos_2d' "
+            "(sin and cos of the row and of the column, embed_dim / 4 frequencies each)"
+        )
+    if kind in RELATIVE_KINDS and embed_dim % num_heads:
+        raise ValueError(f"num_heads={num_heads} does not divide embed_dim={embed_dim}")
+
+
+def _grid(grid_size: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Row and column of every patch in raster order: two (N,) long tensors."""
+    h, w = grid_size
+    rows, cols = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
+    return rows.flatten(), cols.flatten()
+
+
+class LearnedPosEmbed1d(nn.Module):
+    """Learned 1-D embedding (ViT Eq. 1, Appendix D.4 "1-D"): ``weight`` (1, P + N, D).
+
+    Row i is the embedding of token i: the class token (if any) first, then the patches in
+    raster order. Initialised like timm's ``pos_embed`` (truncated normal, std 0.02).
+    """
+
+    def __init__(self, *, grid_size: tuple[int, int], embed_dim: int, num_prefix_tokens: int = 0) -> None:
+        super().__init__()
+        self.grid_size = tuple(grid_size)
+        self.num_prefix_tokens = num_prefix_tokens
+        n = self.grid_size[0] * self.grid_size[1]
+        self.weight = nn.Parameter(torch.empty(1, num_prefix_tokens + n, embed_dim))
+        self.init_weights()
+
+    def init_weights(self) -> None:
+        trunc_normal_(self.weight, std=0.02)
+
+    def table(self) -> torch.Tensor:
+        """(1, P + N, D)."""
+        return self.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, P + N, D) -> x + table()."""
+        return x + self.table()
+
+
+class LearnedPosEmbed2d(nn.Module):
+    """Learned 2-D embedding (ViT Appendix D.4 "2-D"): patch (row, col) -> concat(X[col], Y[row]).
+
+    Parameters: ``x_embed`` X (W, D/2), indexed by the column; ``y_embed`` Y (H, D/2), indexed
+    by the row; ``prefix_embed`` (1, P, D), the class token's own learned entry (absent when
+    P = 0). ``table()`` is (1, P + N, D), patches in raster order.
+    """
+
+    def __init__(self, *, grid_size: tuple[int, int], embed_dim: int, num_prefix_tokens: int = 0) -> None:
+        super().__init__()
+        if embed_dim % 2:
+            raise ValueError(f"embed_dim={embed_dim} must be even for pos_embed='learned_2d'")
+        self.grid_size = tuple(grid_size)
+        self.num_prefix_tokens = num_prefix_tokens
+        h, w = self.grid_size
+        self.x_embed = nn.Parameter(torch.empty(w, embed_dim // 2))
+        self.y_embed = nn.Parameter(torch.empty(h, embed_dim // 2))
+        self.prefix_embed = (
+            nn.Parameter(torch.empty(1, num_prefix_tokens, embed_dim)) if num_prefix_tokens else None
+        )
+        rows, cols = _grid(self.grid_size)
+        self.register_buffer("rows", rows, persistent=False)
+        self.register_buffer("cols", cols, persistent=False)
+        self.init_weights()
+
+    def init_weights(self) -> None:
+        for p in (self.x_embed, self.y_embed, self.prefix_embed):
+            if p is not None:
+                trunc_normal_(p, std=0.02)
+
+    def table(self) -> torch.Tensor:
+        """(1, P + N, D): the prefix entries, then concat(X[col], Y[row]) per patch."""
+        patches = torch.cat([self.x_embed[self.cols], self.y_embed[self.rows]], dim=-1)[None]
+        if self.prefix_embed is None:
+            return patches
+        return torch.cat([self.prefix_embed, patches], dim=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, P + N, D) -> x + table()."""
+        return x + self.table()
+
+
+class SinCosPosEmbed2d(nn.Module):
+    """Fixed 2-D sin-cos embedding (timm ``build_sincos2d_pos_embed``, temperature 10^4).
+
+    Buffer ``patch_table`` (N, D), non-persistent (recomputed, not saved): for the patch at
+    (row, col), [sin(row w), sin(col w), cos(row w), cos(col w)] with D/4 frequencies w.
+    The class token gets a zero vector. No parameters, so no gradient.
+    """
+
+    def __init__(self, *, grid_size: tuple[int, int], embed_dim: int, num_prefix_tokens: int = 0) -> None:
+        super().__init__()
+        if embed_dim % 4:
+            raise ValueError(f"embed_dim={embed_dim} must be divisible by 4 for pos_embed='sincos_2d'")
+        self.grid_size = tuple(grid_size)
+        self.num_prefix_tokens = num_prefix_tokens
+        table = build_sincos2d_pos_embed(list(self.grid_size), dim=embed_dim)  # (N, D), rows major
+        self.register_buffer("patch_table", table, persistent=False)
+
+    def table(self) -> torch.Tensor:
+        """(1, P + N, D): zeros for the prefix tokens, then the sin-cos rows."""
+        t = self.patch_table
+        if self.num_prefix_tokens:
+            t = torch.cat([t.new_zeros(self.num_prefix_tokens, t.shape[1]), t], dim=0)
+        return t[None]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, P + N, D) -> x + table()."""
+        return x + self.table().to(x.dtype)
+
+
+_ABSOLUTE_CLASSES = {
+    "learned_1d": LearnedPosEmbed1d,
+    "learned_2d": LearnedPosEmbed2d,
+    "sincos_2d": SinCosPosEmbed2d,
+}
+
+
+def build_absolute(
+    *, kind: str, grid_size: tuple[int, int], embed_dim: int, num_prefix_tokens: int = 0
+) -> nn.Module:
+    """The absolute embedding module of ``kind`` (one of ``ABSOLUTE_KINDS``)."""
+    if kind not in _ABSOLUTE_CLASSES:
+        raise ValueError(f"pos_embed={kind!r} is not one of {list(ABSOLUTE_KINDS)}")
+    return _ABSOLUTE_CLASSES[kind](
+        grid_size=grid_size, embed_dim=embed_dim, num_prefix_tokens=num_prefix_tokens
+    )
+
+
+def relative_position_index(
+    *, kind: str, grid_size: tuple[int, int], num_prefix_tokens: int = 0
+) -> tuple[torch.Tensor, int]:
+    """Bucket of every (query, key) pair: a (T, T) long tensor, and the number of buckets.
+
+    ``relative``: bucket p_q - p_k + (N - 1) in [0, 2N - 2] (raster positions p).
+    ``relative_2d``: bucket (dr + H - 1) * (2W - 1) + (dc + W - 1) in [0, (2H-1)(2W-1) - 1].
+    With prefix tokens, three more buckets follow the offset buckets: B (prefix query ->
+    patch key), B + 1 (patch query -> prefix key), B + 2 (prefix -> prefix).
+    """
+    h, w = grid_size
+    n = h * w
+    rows, cols = _grid((h, w))
+    if kind == "relative":
+        pos = torch.arange(n)
+        index = pos[:, None] - pos[None, :] + (n - 1)
+        num_offsets = 2 * n - 1
+    elif kind == "relative_2d":
+        dr = rows[:, None] - rows[None, :] + (h - 1)
+        dc = cols[:, None] - cols[None, :] + (w - 1)
+        index = dr * (2 * w - 1) + dc
+        num_offsets = (2 * h - 1) * (2 * w - 1)
+    else:
+        raise ValueError(f"pos_embed={kind!r} is not one of {list(RELATIVE_KINDS)}")
+    if not num_prefix_tokens:
+        return index, num_offsets
+    t = num_prefix_tokens + n
+    full = torch.empty(t, t, dtype=torch.long)
+    full[num_prefix_tokens:, num_prefix_tokens:] = index
+    full[:num_prefix_tokens, num_prefix_tokens:] = num_offsets  # class query -> patch key
+    full[num_prefix_tokens:, :num_prefix_tokens] = num_offsets + 1  # patch query -> class key
+    full[:num_prefix_tokens, :num_prefix_tokens] = num_offsets + 2  # class -> class
+    return full, num_offsets + NUM_PREFIX_BUCKETS
+
+
+class RelativePositionLogits(nn.Module):
+    """Relative attention logits (ViT Appendix D.4 "relative"; ``relative_2d``: 2-D offsets).
+
+    ``embed`` (num_buckets, heads, d_head): one learned embedding of width D = heads * d_head
+    per offset bucket (see ``relative_position_index``), split into heads as keys are.
+    ``index`` (T, T): non-persistent buffer, bucket of each (query, key) pair.
+
+    forward(q): q (B, heads, T, d_head), the original per-head queries (before any scaling)
+    -> bias (B, heads, T, T) with bias[b, h, i, j] = q[b, h, i] . embed[index[i, j], h] /
+    sqrt(d_head). It is added to the main attention logits before the softmax.
+    Memory: the gathered embeddings are (T, T, D), independent of the batch; the bias is
+    (B, heads, T, T), as large as the attention matrix the fused kernel otherwise avoids.
+    """
+
+    def __init__(
+        self,
+        *,
+        kind: str,
+        grid_size: tuple[int, int],
+        num_heads: int,
+        head_dim: int,
+        num_prefix_tokens: int = 0,
+    ) -> None:
+        super().__init__()
+        self.kind = kind
+        self.grid_size = tuple(grid_size)
+        self.num_prefix_tokens = num_prefix_tokens
+        self.scale = head_dim ** -0.5
+        index, num_buckets = relative_position_index(
+            kind=kind, grid_size=self.grid_size, num_prefix_tokens=num_prefix_tokens
+        )
+        self.num_buckets = num_buckets
+        self.register_buffer("index", index, persistent=False)
+        self.embed = nn.Parameter(torch.empty(num_buckets, num_heads, head_dim))
+        self.init_weights()
+
+    def init_weights(self) -> None:
+        trunc_normal_(self.embed, std=0.02)
+
+    def forward(self, q: torch.Tensor) -> torch.Tensor:
+        r = self.embed[self.index]  # (T, T, heads, d_head): the key for each (query, key) pair
+        return torch.einsum("bhqd,qkhd->bhqk", q, r.to(q.dtype)) * self.scale
+
+
+def build_relative(
+    *, kind: str, grid_size: tuple[int, int], num_heads: int, head_dim: int, num_prefix_tokens: int = 0
+) -> RelativePositionLogits:
+    """The relative-logits module of ``kind`` (one of ``RELATIVE_KINDS``)."""
+    return RelativePositionLogits(
+        kind=kind, grid_size=grid_size, num_heads=num_heads, head_dim=head_dim,
+        num_prefix_tokens=num_prefix_tokens,
+    )
+
