@@ -121,9 +121,15 @@ class SeededRandomSampler(RandomSampler):
         self.epoch = int(epoch)
 
     def permutation(self) -> list[int]:
-        """The order of this epoch: a function of (seed, epoch) and the dataset length only."""
-        state = np.random.SeedSequence([self.seed % 2**64, self.epoch % 2**64]).generate_state(2, np.uint32)
-        generator = torch.Generator().manual_seed(int(state[0]) << 31 | int(state[1]) >> 1)
+        """The order of this epoch: a function of (seed, epoch) and the dataset length only.
+
+        It is the permutation ``torch.utils.data.DistributedSampler`` draws for the same seed and
+        epoch (Lightning seeds that one with ``PL_GLOBAL_SEED`` too). Under DDP rank r takes
+        positions r, r + W, r + 2W, ... of it, so the W per-rank batches of step k together hold
+        exactly the samples of step k of a one-process run with the same global batch: one and
+        many processes train on the same global batches.
+        """
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
         return torch.randperm(len(self.data_source), generator=generator).tolist()
 
     def __iter__(self) -> Iterator[int]:

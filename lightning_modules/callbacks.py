@@ -84,7 +84,7 @@ def epoch_seed(seed: int, epoch: int, rank: int) -> int:
 
 
 class EpochReseed(Callback):
-    """Reseed torch, numpy and random at the start of every training epoch.
+    """Reseed torch, numpy and random at the first training step of every epoch.
 
     The random draws of training (dropout, stochastic depth, augmentation in the main process)
     then depend only on (seed, epoch, rank), not on what ran before. A run resumed from a
@@ -96,7 +96,12 @@ class EpochReseed(Callback):
     def __init__(self, seed: int) -> None:
         self.seed = int(seed)
 
-    def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch, batch_idx: int) -> None:
+        # At the first step of the epoch rather than at epoch start: Lightning creates the
+        # loader iterator (which draws a base seed from the global generator) at different
+        # moments in a fresh and in a resumed epoch.
+        if batch_idx != 0:
+            return
         s = epoch_seed(self.seed, trainer.current_epoch, trainer.global_rank)
         random.seed(s)
         np.random.seed(s)

@@ -162,17 +162,19 @@ class ReproductionCLI(LightningCLI):
         callbacks += [self.clock, EpochReseed(self.seed)]
         monitor, mode = getattr(self.model, "monitor", ("val/loss", "min"))
         if self.subcommand == "fit" and not any(isinstance(c, ModelCheckpoint) for c in callbacks):
-            callbacks.append(
-                ModelCheckpoint(
-                    dirpath=str(self.run_dir / "checkpoints"),
-                    filename="best-epoch{epoch:03d}",
-                    auto_insert_metric_name=False,
-                    monitor=monitor,
-                    mode=mode,
-                    save_top_k=1,
-                    save_last=True,
-                )
-            )
+            ckpt_dir = str(self.run_dir / "checkpoints")
+            # Two callbacks: Lightning's save_last only refreshes last.ckpt in epochs that also
+            # save a new best, which would make resuming restart from an older epoch.
+            callbacks += [
+                ModelCheckpoint(  # first: trainer.checkpoint_callback, ckpt_path="best"
+                    dirpath=ckpt_dir, filename="best-epoch{epoch:03d}", auto_insert_metric_name=False,
+                    monitor=monitor, mode=mode, save_top_k=1,
+                ),
+                ModelCheckpoint(  # every epoch end, overwritten: what --ckpt_path resumes from
+                    dirpath=ckpt_dir, filename="last", monitor=None, save_top_k=1,
+                    enable_version_counter=False,
+                ),
+            ]
         kwargs.setdefault("callbacks", callbacks)
         kwargs.setdefault("logger", self._loggers(trainer_cfg.get("logger")))
         kwargs.setdefault("default_root_dir", str(self.run_dir))
@@ -198,7 +200,9 @@ class ReproductionCLI(LightningCLI):
             return
         # trainer.test resets callback_metrics: keep the end-of-training values first
         final_metrics = {
-            k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(("train/", "val/"))
+            k: float(v)
+            for k, v in trainer.callback_metrics.items()
+            if k.startswith(("train/", "val/")) and not k.endswith("samples_per_sec")  # timing is in "training"
         }
         test_metrics: dict = {}
         if run.test_after_fit:

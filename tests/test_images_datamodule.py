@@ -647,3 +647,24 @@ def test_constructor_signature_works_with_jsonargparse():
     assert (cfg.data.source, cfg.data.mean, cfg.data.std, cfg.data.image_size) == ("fashion_mnist", [0.5], [0.25], 32)
     assert cfg.data.batch_size == 128 and cfg.data.augment == "none"
     assert "GLOBAL training batch size" in parser.format_help()
+
+
+def test_one_process_sees_the_global_batches_of_many():
+    """Step k of a one-process run holds exactly the samples the W ranks of a DDP run hold at
+    step k (the union of their per-rank batches), for every epoch: same seed, same data."""
+    from torch.utils.data import DistributedSampler
+
+    data, world, global_batch = list(range(103)), 2, 8
+    for epoch in range(3):
+        single = SeededRandomSampler(data, seed=5)
+        single.set_epoch(epoch)
+        order = single.permutation()
+        ranks = []
+        for rank in range(world):
+            dist = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=5)
+            dist.set_epoch(epoch)
+            ranks.append(list(dist))
+        per_rank = global_batch // world
+        for k in range(len(data) // global_batch):
+            union = set().union(*(r[k * per_rank:(k + 1) * per_rank] for r in ranks))
+            assert union == set(order[k * global_batch:(k + 1) * global_batch])

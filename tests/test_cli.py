@@ -1,0 +1,280 @@
+"""End to end through ``python -m reproductions``: configs, run directories, seeds, resume, DDP, errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from reproductions.cli import experiment_name, main as cli_main, wandb_offline
+from reproductions.results import RESULTS_FILE, read_results
+
+REPO = Path(__file__).resolve().parents[1]
+DIGITS = "reproductions/vit/configs/digits.yaml"
+CONFIGS = sorted(str(p.relative_to(REPO)) for p in (REPO / "reproductions").glob("**/configs/*.yaml"))
+LOCAL_SOURCES = {"digits", "fashion_mnist"}
+# a few seconds per run: a 1-block ViT, a handful of batches
+SMALL = [
+    "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+    "--model.net.init_args.depth", "1", "--model.net.init_args.embed_dim", "32",
+    "--model.net.init_args.num_heads", "2",
+    "--trainer.limit_train_batches", "6", "--trainer.limit_val_batches", "3", "--trainer.limit_test_batches", "3",
+]
+
+
+def fit(root: Path, *extra: str, config: str = DIGITS):
+    return cli_main(["fit", "--config", config, "--run.root", str(root), *SMALL, *extra])
+
+
+def run_dir(root: Path, seed: int = 0, experiment: str = "vit/digits", variant: str = "default") -> Path:
+    return root / experiment / variant / f"seed{seed}"
+
+
+def load(root: Path, **kw) -> dict:
+    return json.loads((run_dir(root, **kw) / RESULTS_FILE).read_text())
+
+
+def write_image_folder(root: Path, classes: int, size: int, per_class: int = 6) -> Path:
+    """A tiny imagefolder (class = subfolder) of random RGB PNGs."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for split in ("train", "test"):
+        for c in range(classes):
+            d = root / split / f"class{c}"
+            d.mkdir(parents=True, exist_ok=True)
+            for i in range(per_class):
+                Image.fromarray(rng.integers(0, 255, (size, size, 3), dtype=np.uint8)).save(d / f"{i}.png")
+    return root
+
+
+# --------------------------------------------------------------------------- configs
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_every_experiment_config_runs_fast_dev_run(config, tmp_path):
+    """Every experiment file parses, builds and runs a train/val/test batch.
+
+    Configs whose data needs the network (CIFAR from the hub) run on a local image folder of
+    the same shape and class count instead: the model, recipe and trainer are the config's.
+    """
+    cfg = yaml.safe_load((REPO / config).read_text())
+    data = cfg["data"]["init_args"]
+    extra = []
+    if data.get("source", "digits") not in LOCAL_SOURCES:
+        net = cfg["model"]["init_args"]["net"]["init_args"]
+        folder = write_image_folder(tmp_path / "images", net["num_classes"], net["img_size"], per_class=2)
+        extra = ["--data.source", "folder", "--data.data_dir", str(folder), "--data.batch_size", "8",
+                 "--data.num_workers", "0"]
+    cli_main(["fit", "--config", config, "--run.root", str(tmp_path / "runs"), "--trainer.fast_dev_run", "true",
+              "--trainer.enable_progress_bar", "false", *extra])
+    assert not list((tmp_path / "runs").rglob(RESULTS_FILE))  # a smoke run is not a result
+
+
+def test_experiment_name_from_config_path():
+    assert experiment_name([REPO / DIGITS]) == "vit/digits"
+    assert experiment_name([]) == "default"
+    assert experiment_name(["/elsewhere/my_exp.yaml"]) == "my_exp"
+
+
+# --------------------------------------------------------------------------- run directory
+
+
+def test_fit_writes_a_complete_run_directory(tmp_path):
+    fit(tmp_path, "--trainer.max_epochs", "2", "--model.net.init_args.patch_size", "4", "--run.variant", "p4")
+    d = run_dir(tmp_path, variant="p4")
+    res = load(tmp_path, variant="p4")
+    assert res["status"] == "finished" and res["seed"] == 0 and res["variant"] == "p4"
+    assert 0.0 <= res["test"]["test/acc"] <= 1.0 and res["test"]["test/loss"] > 0
+    assert "val/acc" in res["final"] and "train/loss_epoch" in res["final"]
+    assert res["model"]["net"] == "ViT" and res["model"]["params"] > 0
+    # 1 block, D=32, patch 4 on 8x8: 4 patches + class token; FLOPs are counted, not guessed
+    assert res["model"]["flops_per_sample"] > 2 * 4 * 16 * 32
+    t = res["training"]
+    assert t["steps"] == 12 and t["epochs"] == 2 and t["global_batch_size"] == 64
+    assert t["samples_seen"] == 12 * 64 and t["total_train_flops"] == 3 * res["model"]["flops_per_sample"] * 12 * 64
+    assert t["samples_per_sec"] > 0 and t["fit_time_s"] > 0
+    assert set(res["versions"]) >= {"torch", "lightning", "timm"} and res["versions"]["torch"]
+    assert "commit" in res["git"]
+    assert res["data"]["source"] == "digits"
+    # the resolved config replays the run, command-line overrides included
+    cfg = yaml.safe_load((d / "config.yaml").read_text())
+    assert cfg["model"]["init_args"]["net"]["init_args"]["patch_size"] == 4
+    assert cfg["seed_everything"] == 0
+    header = (d / "metrics.csv").read_text().splitlines()[0].split(",")
+    assert {"train/loss_step", "val/acc", "test/acc", "train/lr"} <= set(header)
+    assert (d / "checkpoints" / "last.ckpt").is_file()
+    assert Path(res["best"]["path"]).is_file() and res["best"]["monitor"] == "val/acc"
+    assert not [p for p in d.iterdir() if p.name.endswith(".tmp")]
+    assert read_results(d) == res
+
+
+def test_checkpoint_reloads_with_its_net(tmp_path):
+    """The checkpoint carries the net's config, so the module rebuilds without the YAML."""
+    from lightning_modules.image_classifier import ImageClassifier
+
+    fit(tmp_path, "--trainer.max_epochs", "1", "--model.net.init_args.patch_size", "4")
+    module = ImageClassifier.load_from_checkpoint(run_dir(tmp_path) / "checkpoints" / "last.ckpt")
+    assert module.net.patch_size == 4 and len(module.net.blocks) == 1
+
+
+def test_same_seed_gives_identical_metrics(tmp_path):
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    fit(a, "--trainer.max_epochs", "2")
+    fit(b, "--trainer.max_epochs", "2")
+    fit(c, "--trainer.max_epochs", "2", "--seed_everything", "1")
+    ra, rb, rc = load(a), load(b), load(c, seed=1)
+    assert ra["test"] == rb["test"] and ra["final"] == rb["final"]
+    assert ra["final"]["train/loss_epoch"] != rc["final"]["train/loss_epoch"]
+
+
+@pytest.mark.slow
+def test_resume_from_checkpoint_matches_uninterrupted_run(tmp_path):
+    """A run that crashes in epoch 3 and is resumed from last.ckpt ends exactly where an
+    uninterrupted run ends (same schedule, same steps, same metrics).
+
+    Dropout and stochastic depth are on, so this also checks that the random stream after a
+    restart is the uninterrupted one (EpochReseed), and the shuffle order (the sampler's).
+    """
+    noisy = ["--trainer.max_epochs", "4", "--model.net.init_args.dropout", "0.1",
+             "--model.net.init_args.drop_path", "0.1"]
+    straight, crashed = tmp_path / "straight", tmp_path / "crashed"
+    fit(straight, *noisy)
+    with pytest.raises(RuntimeError, match="injected failure at step 12"):
+        fit(crashed, *noisy, "--trainer.callbacks+=tests.helpers.FailAtStep", "--trainer.callbacks.step", "12")
+    assert read_results(run_dir(crashed)) is None
+    last = run_dir(crashed) / "checkpoints" / "last.ckpt"
+    fit(crashed, *noisy, "--ckpt_path", str(last))
+    a, b = load(straight), load(crashed)
+    assert b["training"]["steps"] == a["training"]["steps"] == 24
+    assert b["test"] == a["test"]
+    assert b["final"] == a["final"]
+
+
+# --------------------------------------------------------------------------- failures
+
+
+def test_failed_run_leaves_no_results_json(tmp_path):
+    d = run_dir(tmp_path)
+    d.mkdir(parents=True)
+    (d / RESULTS_FILE).write_text(json.dumps({"status": "finished", "stale": True}))
+    with pytest.raises(RuntimeError, match="injected failure"):
+        fit(tmp_path, "--trainer.max_epochs", "2", "--trainer.callbacks+=tests.helpers.FailAtStep",
+            "--trainer.callbacks.step", "3")
+    assert not (d / RESULTS_FILE).exists()  # the stale result was removed, no new one written
+    assert read_results(d) is None
+    assert not list(d.rglob(".results.json*"))
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (["--model.net.init_args.patch_size", "3"], "patch_size=3 does not divide img_size=8"),
+        (["--model.net.init_args.num_heads", "3"], "num_heads=3 does not divide embed_dim=32"),
+        (["--model.net.init_args.pool", "max"], "pool='max' is not one of"),
+        (["--model.net.init_args.pos_embed", "fourier"], "pos_embed='fourier' is not one of"),
+        (["--model.net.init_args.num_classes", "7"], "10 classes but the net was built with num_classes=7"),
+        (["--data.source", "imagenet-on-mars"], "imagenet-on-mars"),
+    ],
+)
+def test_bad_config_fails_before_training_with_a_clear_message(tmp_path, override, message, capsys):
+    with pytest.raises((ValueError, SystemExit)) as err:
+        fit(tmp_path, "--trainer.max_epochs", "1", *override)
+    shown = str(err.value) + capsys.readouterr().err
+    assert message in shown
+    assert not list(tmp_path.rglob("*.ckpt")) and not list(tmp_path.rglob(RESULTS_FILE))
+
+
+# --------------------------------------------------------------------------- W&B
+
+
+def test_wandb_mode_follows_key_and_env(monkeypatch, tmp_path):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    assert wandb_offline()  # no key anywhere: offline, never blocks on a server
+    (tmp_path / "netrc").write_text("machine api.wandb.ai login user password k\n")
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    assert not wandb_offline()
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert wandb_offline()
+    monkeypatch.delenv("WANDB_MODE")
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    assert not wandb_offline()
+
+
+@pytest.mark.slow
+def test_wandb_switch_logs_an_offline_run_with_group_and_tags(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
+    fit(tmp_path, "--trainer.max_epochs", "1", "--run.wandb", "true", "--run.tags", "[smoke]",
+        "--run.group", "g1")
+    runs = list((run_dir(tmp_path) / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1 and list(runs[0].glob("run-*.wandb"))
+    assert load(tmp_path)["status"] == "finished"
+
+
+# --------------------------------------------------------------------------- DDP
+
+
+@pytest.mark.slow
+def test_two_process_ddp_matches_one_process(tmp_path):
+    """Same global batch on 1 and 2 CPU processes (gloo): each rank gets half of every batch
+    and a disjoint shard, the two ranks' batches of step k together are the one-process batch
+    of step k, so both runs take the same optimiser steps up to floating-point reduction order
+    and end with the same validation accuracy within a small tolerance. (Adam amplifies the
+    last-bit differences of the gradient all-reduce, so losses agree to ~1e-6 at the start
+    and drift apart slowly: the early epochs are compared tightly, the end loosely.)"""
+    common = [sys.executable, "-m", "reproductions", "fit", "--config", DIGITS, *SMALL,
+              "--trainer.limit_train_batches", "1.0", "--trainer.limit_val_batches", "1.0",
+              "--trainer.limit_test_batches", "1.0", "--model.net.init_args.embed_dim", "64",
+              "--model.net.init_args.num_heads", "4",
+              "--trainer.max_epochs", "5", "--trainer.accelerator", "cpu", "--data.batch_size", "64",
+              "--model.init_args.lr", "0.01"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    results = {}
+    for devices in (1, 2):
+        root = tmp_path / f"d{devices}"
+        cmd = [*common, "--trainer.devices", str(devices), "--run.root", str(root),
+               "--trainer.callbacks+=tests.helpers.RecordShards", f"--trainer.callbacks.out_dir={root}/shards"]
+        if devices > 1:
+            cmd += ["--trainer.strategy", "ddp"]
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        results[devices] = load(root)
+        shards = [json.loads(p.read_text()) for p in sorted((root / "shards").glob("shard_rank*.json"))]
+        assert len(shards) == devices
+        if devices == 2:
+            a, b = shards
+            assert a["batch_size"] == b["batch_size"] == 32  # the global 64 split over 2 ranks
+            assert not set(a["indices"]) & set(b["indices"])  # disjoint shards
+            n_train = results[1]["data"]["train_size"]
+            assert len(set(a["indices"]) | set(b["indices"])) == n_train
+            single = json.loads((tmp_path / "d1" / "shards" / "shard_rank0.json").read_text())["indices"]
+            for k in range(len(single) // 64):  # step k: the ranks' halves make up the 1-process batch
+                assert set(a["indices"][32 * k:32 * (k + 1)]) | set(b["indices"][32 * k:32 * (k + 1)]) == set(
+                    single[64 * k:64 * (k + 1)])
+        else:
+            assert shards[0]["batch_size"] == 64
+    one, two = results[1], results[2]
+    assert two["training"]["devices"] == 2 and one["training"]["steps"] == two["training"]["steps"]
+    assert one["final"]["val/acc"] > 0.4  # it learned something, so the comparison means something
+    early = [epoch_losses(tmp_path / f"d{d}")[:2] for d in (1, 2)]
+    assert early[0] == pytest.approx(early[1], rel=1e-3)
+    assert abs(one["final"]["val/acc"] - two["final"]["val/acc"]) <= 0.05
+    assert abs(one["test"]["test/acc"] - two["test"]["test/acc"]) <= 0.05
+
+
+def epoch_losses(root: Path) -> list[float]:
+    import csv
+
+    with open(run_dir(root) / "metrics.csv") as f:
+        return [float(r["train/loss_epoch"]) for r in csv.DictReader(f) if r.get("train/loss_epoch")]
