@@ -124,6 +124,22 @@ def test_checkpoint_reloads_with_its_net(tmp_path):
     assert module.net.patch_size == 4 and len(module.net.blocks) == 1
 
 
+def test_test_and_validate_subcommands_log_beside_the_training_run(tmp_path):
+    fit(tmp_path, "--trainer.max_epochs", "1")
+    d = run_dir(tmp_path)
+    before = (d / RESULTS_FILE).read_text()
+    train_log = (d / "metrics.csv").read_text()
+    last = str(d / "checkpoints" / "last.ckpt")
+    for sub in ("test", "validate"):
+        cli_main([sub, "--config", DIGITS, "--run.root", str(tmp_path), *SMALL, "--ckpt_path", last])
+    with open(d / "test" / "metrics.csv") as f:
+        tested = [r for r in __import__("csv").DictReader(f) if r.get("test/acc")]
+    # the same weights on the same test batches: the number the fit run recorded
+    assert float(tested[0]["test/acc"]) == pytest.approx(json.loads(before)["test"]["test/acc"])
+    assert (d / "validate" / "metrics.csv").is_file()
+    assert (d / RESULTS_FILE).read_text() == before and (d / "metrics.csv").read_text() == train_log
+
+
 def test_same_seed_gives_identical_metrics(tmp_path):
     a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
     fit(a, "--trainer.max_epochs", "2")
