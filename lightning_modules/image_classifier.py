@@ -89,7 +89,7 @@ class ImageClassifier(LightningModule):
         self.val_acc = MulticlassAccuracy(num_classes=num_classes, average="micro")
         self.test_acc = MulticlassAccuracy(num_classes=num_classes, average="micro")
         self.num_params: int = count_parameters(net)
-        self.flops_per_image: int | None = None
+        self.flops_per_sample: int | None = None
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.net(images)
@@ -114,13 +114,13 @@ class ImageClassifier(LightningModule):
         shape = data_shape or net_shape
         if shape is not None:
             self.example_input_array = torch.zeros(2, *shape)  # shapes and FLOPs in the model summary
-        if self.flops_per_image is None and shape is not None:
-            self.flops_per_image = count_flops(self.net, torch.zeros(1, *shape))
+        if self.flops_per_sample is None and shape is not None:
+            self.flops_per_sample = count_flops(self.net, torch.zeros(1, *shape))
 
     def on_fit_start(self) -> None:
         stats = {"model/params": self.num_params}
-        if self.flops_per_image is not None:
-            stats["model/flops_per_image"] = self.flops_per_image
+        if self.flops_per_sample is not None:
+            stats["model/flops_per_sample"] = self.flops_per_sample
         for logger in self.loggers:
             logger.log_hyperparams(stats)
 

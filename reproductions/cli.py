@@ -220,7 +220,7 @@ class ReproductionCLI(LightningCLI):
         trainer, model, data = self.trainer, self.model, self.datamodule
         run = self._run_options()
         ckpt = trainer.checkpoint_callback
-        flops = getattr(model, "flops_per_image", None)
+        flops = getattr(model, "flops_per_sample", None)
         clock = self.clock.summary()
         global_batch = getattr(data, "batch_size", None)
         samples_seen = None

@@ -1,0 +1,243 @@
+"""CTR training logic for the BST reproduction: loss, AUC / GAUC / logloss per stage, optimiser.
+
+The network is injected (``CTRModule(net=BST(...))``): any ``nn.Module`` mapping a batch dict
+(keys in ``models/ctr.py``) to click logits (B,). The loss is binary cross-entropy on the logits
+(the sigmoid of the paper's output layer lives in the loss, for numerical stability);
+``predict_step`` returns probabilities.
+
+Metrics, one object per stage (val, test), logged as ``stage/name``:
+- ``auc``: torchmetrics ``BinaryAUROC`` over all impressions (exact, no thresholds);
+- ``gauc``: :class:`lightning_modules.metrics.GroupAUROC`, grouped by ``batch['user']``;
+- ``logloss``: the mean BCE as a ``MeanMetric`` (sum and count synced, so exact under DDP).
+All three are Metric objects: their states are synced across processes by torchmetrics at
+epoch end, never averaged per process. ``train/loss`` is an averageable scalar
+(``sync_dist=True``).
+
+Defaults: AdamW, lr 1e-3, no weight decay, constant rate after an optional linear warm-up.
+The paper's lr 0.01 (Sec. 4.1 settings, unverified) is for its setting (batch 256, Taobao scale, an unspecified
+optimiser); with Adam-type optimisers on the synthetic and MovieLens data 1e-3 is the stable
+choice. Weight decay, when set, applies to the weight matrices of Linear layers only, never to
+embeddings (sparse ids would be shrunk on every step whether seen or not), norms or biases.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+import torch.nn.functional as F
+from lightning import LightningModule
+from torch import nn
+from torchmetrics import MeanMetric
+from torchmetrics.classification import BinaryAUROC
+
+from lightning_modules.metrics import GroupAUROC
+from lightning_modules.model_stats import count_flops, count_parameters
+
+OPTIMIZERS = ("adamw", "adam")
+SCHEDULES = ("constant", "cosine")
+
+
+def rela_impr(auc_model: float, auc_base: float) -> float:
+    """RelaImpr in percent (Yan et al. 2014, as used by DIN and BST):
+    ((AUC_model - 0.5) / (AUC_base - 0.5) - 1) * 100."""
+    if auc_base <= 0.5:
+        raise ValueError(f"auc_base={auc_base!r} must be above 0.5 for RelaImpr to be defined")
+    return ((auc_model - 0.5) / (auc_base - 0.5) - 1.0) * 100.0
+
+
+def check_feature_sizes(net_sizes: dict, data_sizes: dict) -> None:
+    """Raise ValueError if the net's vocabularies cannot hold the data's ids.
+
+    Compares the keys both dicts have: each net size must be >= the data's (the net may be
+    larger); ``profile_sizes`` must have as many fields, each large enough.
+    """
+    problems = []
+    for key, need in data_sizes.items():
+        if key not in net_sizes:
+            continue
+        have = net_sizes[key]
+        if key == "profile_sizes":
+            have, need = list(have), list(need)
+            if len(have) != len(need):
+                problems.append(f"profile_sizes has {len(have)} fields but the data has {len(need)}: set profile_sizes={need}")
+            elif any(h < n for h, n in zip(have, need)):
+                problems.append(f"profile_sizes={have} but the data needs at least {need}")
+        elif have < need:
+            problems.append(f"{key}={have} but the data needs {key} >= {need}")
+    if problems:
+        raise ValueError(
+            "the net was built too small for the data (sizes count id 0 = padding): " + "; ".join(problems)
+            + f". The data's feature_sizes: {data_sizes}"
+        )
+
+
+def warmup_schedule(step: int, *, warmup_steps: int, total_steps: int, schedule: str, min_lr_ratio: float) -> float:
+    """Learning-rate multiplier: linear warm-up over ``warmup_steps``, then constant or cosine to
+    ``min_lr_ratio`` at ``total_steps``."""
+    if warmup_steps > 0 and step < warmup_steps:
+        return (step + 1) / warmup_steps
+    if schedule == "constant":
+        return 1.0
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+class CTRModule(LightningModule):
+    """Train and evaluate a CTR net (BST, WDL, WDL(+Seq), DIN, ...) on dict batches.
+
+    Args:
+        net: maps a batch to logits (B,); should expose ``feature_sizes`` (checked against the
+            DataModule's at setup).
+        lr: peak learning rate, for the global batch as configured.
+        weight_decay: decoupled weight decay on Linear weight matrices only (default 0).
+        optimizer: ``adamw`` | ``adam`` (Adam with the same parameter groups; with weight
+            decay, Adam's is the coupled L2 form).
+        betas: Adam(W) betas.
+        warmup_steps: linear warm-up length in optimiser steps.
+        schedule: ``constant`` | ``cosine`` (to ``lr * min_lr_ratio`` at the last step).
+        min_lr_ratio: the cosine schedule's final fraction of ``lr``.
+    """
+
+    #: the metric ModelCheckpoint and early stopping watch, and in which direction
+    monitor = ("val/auc", "max")
+
+    def __init__(
+        self,
+        net: nn.Module,
+        *,
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        optimizer: str = "adamw",
+        betas: tuple[float, float] = (0.9, 0.999),
+        warmup_steps: int = 0,
+        schedule: str = "constant",
+        min_lr_ratio: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if lr <= 0:
+            raise ValueError(f"lr={lr!r} must be positive")
+        if weight_decay < 0:
+            raise ValueError(f"weight_decay={weight_decay!r} must be >= 0")
+        if optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer={optimizer!r} is not one of {list(OPTIMIZERS)}")
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule={schedule!r} is not one of {list(SCHEDULES)}")
+        if warmup_steps < 0:
+            raise ValueError(f"warmup_steps={warmup_steps!r} must be >= 0")
+        if not 0.0 <= min_lr_ratio <= 1.0:
+            raise ValueError(f"min_lr_ratio={min_lr_ratio!r} must be in [0, 1]")
+        with warnings.catch_warnings():
+            # Under LightningCLI the hparams hold the net's config; called directly they would
+            # hold the module itself, which the checkpoint's state_dict already stores.
+            warnings.filterwarnings("ignore", message=".*is an instance of `nn.Module`.*")
+            self.save_hyperparameters()
+        if isinstance(self.hparams.get("net"), nn.Module):
+            del self.hparams["net"]
+        self.net = net
+        # One metric object per stage, so states never mix across stages.
+        self.val_auc, self.test_auc = BinaryAUROC(), BinaryAUROC()
+        self.val_gauc, self.test_gauc = GroupAUROC(), GroupAUROC()
+        self.val_logloss, self.test_logloss = MeanMetric(), MeanMetric()
+        self.num_params: int = count_parameters(net)
+        self.flops_per_sample: int | None = None
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.net(batch)
+
+    # ---------------------------------------------------------------- setup
+    def setup(self, stage: str) -> None:
+        """Check the net's vocabularies against the data's before any step runs; count FLOPs once."""
+        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        data_sizes = getattr(datamodule, "feature_sizes", None)
+        net_sizes = getattr(self.net, "feature_sizes", None)
+        if isinstance(data_sizes, dict) and isinstance(net_sizes, dict):
+            check_feature_sizes(net_sizes, data_sizes)
+        if self.flops_per_sample is None and hasattr(datamodule, "example_batch"):
+            try:
+                self.flops_per_sample = count_flops(self.net, datamodule.example_batch(1))
+            except Exception as err:  # FLOPs are a report nicety, never a reason to stop a run
+                warnings.warn(f"could not count FLOPs: {err}", stacklevel=2)
+
+    # ---------------------------------------------------------------- steps
+    def _step(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        logits = self(batch)
+        labels = batch["label"].float()
+        losses = F.binary_cross_entropy_with_logits(logits.float(), labels, reduction="none")
+        return logits, labels, losses
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        _, _, losses = self._step(batch)
+        loss = losses.mean()
+        self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, sync_dist=True,
+                 batch_size=losses.numel())
+        if self._trainer is not None and self.trainer.optimizers:
+            self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"], on_step=True, on_epoch=False)
+        return loss
+
+    def _evaluate(self, batch: dict[str, torch.Tensor], stage: str) -> None:
+        logits, labels, losses = self._step(batch)
+        probs = torch.sigmoid(logits.detach().float())
+        auc, gauc, logloss = (getattr(self, f"{stage}_{name}") for name in ("auc", "gauc", "logloss"))
+        auc.update(probs, labels.long())
+        gauc.update(probs, labels.long(), batch["user"])
+        logloss.update(losses.detach())
+        kwargs = dict(on_step=False, on_epoch=True, batch_size=losses.numel())
+        self.log(f"{stage}/auc", auc, prog_bar=True, **kwargs)
+        self.log(f"{stage}/gauc", gauc, **kwargs)
+        self.log(f"{stage}/logloss", logloss, **kwargs)
+
+    def _reset(self, stage: str) -> None:
+        # Fresh states at every evaluation start, created in the loop's own grad mode: a
+        # stand-alone validate() runs under inference_mode, fit's validation does not, and
+        # states left as inference tensors would refuse fit's in-place updates.
+        for name in ("auc", "gauc", "logloss"):
+            getattr(self, f"{stage}_{name}").reset()
+
+    def on_validation_epoch_start(self) -> None:
+        self._reset("val")
+
+    def on_test_epoch_start(self) -> None:
+        self._reset("test")
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "val")
+
+    def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "test")
+
+    def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
+        """Click probabilities with the user (and label, when the batch has one)."""
+        out = {"prob": torch.sigmoid(self(batch).float()), "user": batch["user"]}
+        if "label" in batch:
+            out["label"] = batch["label"]
+        return out
+
+    # ---------------------------------------------------------------- optimiser
+    def parameter_groups(self) -> list[dict]:
+        """Linear weight matrices (decayed) and everything else (embeddings, norms, biases: not)."""
+        decay, no_decay, seen = [], [], set()
+        for module in self.net.modules():
+            for name, param in module.named_parameters(recurse=False):
+                if not param.requires_grad or id(param) in seen:
+                    continue
+                seen.add(id(param))
+                (decay if isinstance(module, nn.Linear) and name == "weight" else no_decay).append(param)
+        return [{"params": decay, "weight_decay": self.hparams.weight_decay},
+                {"params": no_decay, "weight_decay": 0.0}]
+
+    def configure_optimizers(self):
+        h = self.hparams
+        groups = [g for g in self.parameter_groups() if g["params"]]
+        cls = torch.optim.AdamW if h.optimizer == "adamw" else torch.optim.Adam
+        optimizer = cls(groups, lr=h.lr, betas=tuple(h.betas))
+        if h.warmup_steps == 0 and h.schedule == "constant":
+            return optimizer
+        total = int(self.trainer.estimated_stepping_batches) if h.schedule == "cosine" else 0
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer,
+            lambda step: warmup_schedule(step, warmup_steps=h.warmup_steps, total_steps=total,
+                                         schedule=h.schedule, min_lr_ratio=h.min_lr_ratio),
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
