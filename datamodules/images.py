@@ -160,6 +160,11 @@ def _one_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
+def _run_seed() -> int:
+    """The Lightning global seed of this run (``seed_everything`` sets ``PL_GLOBAL_SEED``; 0 if unset)."""
+    return int(os.environ.get("PL_GLOBAL_SEED", 0))
+
+
 def _normaliser(mean: Sequence[float], std: Sequence[float]) -> tuple[torch.Tensor, torch.Tensor]:
     """(scale, shift) such that ``uint8 * scale - shift == (uint8 / 255 - mean) / std``, shaped (C, 1, 1)."""
     m = torch.tensor(mean, dtype=torch.float32).view(-1, 1, 1)
@@ -214,7 +219,14 @@ class InMemoryImages(Dataset):
             if self.transform is None:
                 x = self.images[rows]
             else:
-                x = torch.stack([self.transform(self.images[j]) for j in rows.tolist()])
+                # The batch's random augmentation is a function of (run seed, the batch's rows),
+                # not of whatever drew from the global generator before: a run resumed from a
+                # checkpoint augments its batches exactly as the uninterrupted run, in the main
+                # process or in any worker.
+                keys = tuple(rows.tolist())
+                with torch.random.fork_rng(devices=[]):
+                    torch.manual_seed(hash((_run_seed(), keys)) & 0x7FFF_FFFF_FFFF_FFFF)
+                    x = torch.stack([self.transform(self.images[j]) for j in keys])
             x = self._normalise(x)
             return list(zip(x.unbind(0), self.labels[rows].unbind(0), strict=True))
 
@@ -830,7 +842,7 @@ class ImageDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         dataset = self._require("train_dataset")
-        sampler = SeededRandomSampler(dataset, seed=int(os.environ.get("PL_GLOBAL_SEED", 0)))
+        sampler = SeededRandomSampler(dataset, seed=_run_seed())
         return DataLoader(
             dataset,
             batch_size=self.per_device_batch_size,

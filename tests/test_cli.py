@@ -155,11 +155,12 @@ def test_resume_from_checkpoint_matches_uninterrupted_run(tmp_path):
     """A run that crashes in epoch 3 and is resumed from last.ckpt ends exactly where an
     uninterrupted run ends (same schedule, same steps, same metrics).
 
-    Dropout and stochastic depth are on, so this also checks that the random stream after a
-    restart is the uninterrupted one (EpochReseed), and the shuffle order (the sampler's).
+    Dropout, stochastic depth and augmentation are on, so this also checks that the random
+    streams after a restart are the uninterrupted ones (EpochReseed for the model, per-batch
+    seeding for the augmentation) and the shuffle order (the sampler's).
     """
     noisy = ["--trainer.max_epochs", "4", "--model.net.init_args.dropout", "0.1",
-             "--model.net.init_args.drop_path", "0.1"]
+             "--model.net.init_args.drop_path", "0.1", "--data.augment", "crop_flip"]
     straight, crashed = tmp_path / "straight", tmp_path / "crashed"
     fit(straight, *noisy)
     with pytest.raises(RuntimeError, match="injected failure at step 12"):
