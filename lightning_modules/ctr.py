@@ -22,7 +22,7 @@ embeddings (sparse ids would be shrunk on every step whether seen or not), norms
 
 from __future__ import annotations
 
-import math
+import inspect
 import warnings
 
 import torch
@@ -32,11 +32,11 @@ from torch import nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import BinaryAUROC
 
+from lightning_modules.common import SCHEDULES, save_hparams_without_net, scheduled
 from lightning_modules.metrics import GroupAUROC
 from lightning_modules.model_stats import count_flops, count_parameters
 
 OPTIMIZERS = ("adamw", "adam")
-SCHEDULES = ("constant", "cosine")
 
 
 def rela_impr(auc_model: float, auc_base: float) -> float:
@@ -71,17 +71,6 @@ def check_feature_sizes(net_sizes: dict, data_sizes: dict) -> None:
             "the net was built too small for the data (sizes count id 0 = padding): " + "; ".join(problems)
             + f". The data's feature_sizes: {data_sizes}"
         )
-
-
-def warmup_schedule(step: int, *, warmup_steps: int, total_steps: int, schedule: str, min_lr_ratio: float) -> float:
-    """Learning-rate multiplier: linear warm-up over ``warmup_steps``, then constant or cosine to
-    ``min_lr_ratio`` at ``total_steps``."""
-    if warmup_steps > 0 and step < warmup_steps:
-        return (step + 1) / warmup_steps
-    if schedule == "constant":
-        return 1.0
-    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-    return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 class CTRModule(LightningModule):
@@ -128,13 +117,7 @@ class CTRModule(LightningModule):
             raise ValueError(f"warmup_steps={warmup_steps!r} must be >= 0")
         if not 0.0 <= min_lr_ratio <= 1.0:
             raise ValueError(f"min_lr_ratio={min_lr_ratio!r} must be in [0, 1]")
-        with warnings.catch_warnings():
-            # Under LightningCLI the hparams hold the net's config; called directly they would
-            # hold the module itself, which the checkpoint's state_dict already stores.
-            warnings.filterwarnings("ignore", message=".*is an instance of `nn.Module`.*")
-            self.save_hyperparameters()
-        if isinstance(self.hparams.get("net"), nn.Module):
-            del self.hparams["net"]
+        save_hparams_without_net(self, inspect.currentframe())
         self.net = net
         # One metric object per stage, so states never mix across stages.
         self.val_auc, self.test_auc = BinaryAUROC(), BinaryAUROC()
@@ -235,9 +218,5 @@ class CTRModule(LightningModule):
         if h.warmup_steps == 0 and h.schedule == "constant":
             return optimizer
         total = int(self.trainer.estimated_stepping_batches) if h.schedule == "cosine" else 0
-        schedule = torch.optim.lr_scheduler.LambdaLR(
-            optimizer,
-            lambda step: warmup_schedule(step, warmup_steps=h.warmup_steps, total_steps=total,
-                                         schedule=h.schedule, min_lr_ratio=h.min_lr_ratio),
-        )
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+        return scheduled(optimizer, warmup_steps=h.warmup_steps, total_steps=total, schedule=h.schedule,
+                         min_lr_ratio=h.min_lr_ratio)

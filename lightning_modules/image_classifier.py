@@ -8,8 +8,7 @@ norms, biases, position embeddings and the class token.
 
 from __future__ import annotations
 
-import math
-import warnings
+import inspect
 
 import torch
 from lightning import LightningModule
@@ -17,19 +16,8 @@ from timm.optim import param_groups_weight_decay
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
+from lightning_modules.common import save_hparams_without_net, scheduled
 from lightning_modules.model_stats import count_flops, count_parameters
-
-
-def warmup_cosine(step: int, *, warmup_steps: int, total_steps: int, min_lr_ratio: float) -> float:
-    """Learning-rate multiplier: linear from 1/warmup_steps to 1, then cosine to min_lr_ratio.
-
-    ``step`` counts optimiser steps from 0. Past ``total_steps`` it stays at ``min_lr_ratio``.
-    """
-    if warmup_steps > 0 and step < warmup_steps:
-        return (step + 1) / warmup_steps
-    decay_steps = max(1, total_steps - warmup_steps)
-    progress = min(1.0, (step - warmup_steps) / decay_steps)
-    return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 class ImageClassifier(LightningModule):
@@ -73,14 +61,7 @@ class ImageClassifier(LightningModule):
         num_classes = getattr(net, "num_classes", None)
         if not isinstance(num_classes, int) or num_classes < 2:
             raise ValueError(f"net must have an integer num_classes >= 2, got {num_classes!r}")
-        with warnings.catch_warnings():
-            # Under LightningCLI the hparams hold the net's *config* (so load_from_checkpoint can
-            # rebuild it); called directly they would hold the module itself, which the
-            # checkpoint's state_dict already stores: drop it then.
-            warnings.filterwarnings("ignore", message=".*is an instance of `nn.Module`.*")
-            self.save_hyperparameters()
-        if isinstance(self.hparams.get("net"), nn.Module):
-            del self.hparams["net"]
+        save_hparams_without_net(self, inspect.currentframe())
         self.net = net
         self.num_classes = num_classes
         self.criterion = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
@@ -162,10 +143,4 @@ class ImageClassifier(LightningModule):
         warmup = self.hparams.warmup_steps
         if warmup is None:
             warmup = int(self.hparams.warmup_fraction * total)
-        schedule = torch.optim.lr_scheduler.LambdaLR(
-            optimizer,
-            lambda step: warmup_cosine(
-                step, warmup_steps=warmup, total_steps=total, min_lr_ratio=self.hparams.min_lr_ratio
-            ),
-        )
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+        return scheduled(optimizer, warmup_steps=warmup, total_steps=total, min_lr_ratio=self.hparams.min_lr_ratio)

@@ -20,7 +20,8 @@ from lightning import Callback, Trainer
 from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader, TensorDataset
 
-from lightning_modules.image_classifier import ImageClassifier, warmup_cosine
+from lightning_modules.common import warmup_schedule
+from lightning_modules.image_classifier import ImageClassifier
 from models.vit import ViT
 from reproductions.results import atomic_write_json, environment
 
@@ -84,7 +85,7 @@ def run_plain(args) -> float:
     opt = torch.optim.AdamW(groups, lr=1e-3)
     total = args.steps
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: warmup_cosine(s, warmup_steps=int(0.05 * total), total_steps=total, min_lr_ratio=0.0)
+        opt, lambda s: warmup_schedule(s, warmup_steps=int(0.05 * total), total_steps=total, min_lr_ratio=0.0)
     )
     criterion = torch.nn.CrossEntropyLoss(label_smoothing=0.1)
     net.train()

@@ -7,7 +7,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from lightning_modules.image_classifier import ImageClassifier, warmup_cosine
+from lightning_modules.common import warmup_schedule
+from lightning_modules.image_classifier import ImageClassifier
 from lightning_modules.model_stats import count_flops, count_parameters
 from models.vit import ViT
 
@@ -40,14 +41,14 @@ def trainer(**kw):
 
 
 def test_warmup_cosine_shape():
-    lrs = [warmup_cosine(s, warmup_steps=10, total_steps=100, min_lr_ratio=0.1) for s in range(120)]
+    lrs = [warmup_schedule(s, warmup_steps=10, total_steps=100, min_lr_ratio=0.1) for s in range(120)]
     assert lrs[0] == pytest.approx(0.1)  # 1/warmup
     assert lrs[9] == pytest.approx(1.0)  # end of warm-up: peak
     assert all(a < b for a, b in zip(lrs[:9], lrs[1:10]))  # rising during warm-up
     assert all(a >= b for a, b in zip(lrs[10:100], lrs[11:101]))  # cosine decay is monotone
     assert lrs[55] == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 0.5)))
     assert lrs[100] == pytest.approx(0.1) and lrs[119] == pytest.approx(0.1)
-    assert warmup_cosine(0, warmup_steps=0, total_steps=10, min_lr_ratio=0.0) == pytest.approx(1.0)
+    assert warmup_schedule(0, warmup_steps=0, total_steps=10, min_lr_ratio=0.0) == pytest.approx(1.0)
 
 
 def test_no_weight_decay_on_norms_biases_and_embeddings():
@@ -76,7 +77,7 @@ def test_schedule_follows_warmup_cosine_per_step():
 
     t = trainer(max_epochs=2, callbacks=[Record()])
     t.fit(module, datamodule=TinyData(n=64, batch_size=16))  # 4 steps per epoch, 8 in all
-    expected = [1e-2 * warmup_cosine(s, warmup_steps=2, total_steps=8, min_lr_ratio=0.0) for s in range(8)]
+    expected = [1e-2 * warmup_schedule(s, warmup_steps=2, total_steps=8, min_lr_ratio=0.0) for s in range(8)]
     assert lrs == pytest.approx(expected)
 
 
