@@ -1,0 +1,108 @@
+"""analysis/callback.py and analysis/figures.py: the end-of-fit analysis in a tiny Lightning fit."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.loggers import CSVLogger, WandbLogger
+
+from analysis.callback import AttentionDistanceCallback, fixed_images
+from analysis.distance import mean_attention_distance
+from analysis.figures import (
+    attention_distance_figure,
+    filters_figure,
+    position_similarity_figure,
+    rollout_figure,
+    save_figure,
+    save_json,
+)
+from datamodules.images import ImageDataModule
+from lightning_modules.image_classifier import ImageClassifier
+from models.vit import ViT
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def is_png(path) -> bool:
+    return Path(path).read_bytes()[:8] == PNG
+
+
+def test_callback_logs_numbers_and_figures_to_csv_and_wandb(tmp_path):
+    torch.manual_seed(0)
+    net = ViT(img_size=8, in_chans=1, num_classes=10, patch_size=2, embed_dim=32, depth=2, num_heads=2)
+    module = ImageClassifier(net)
+    data = ImageDataModule(source="digits", batch_size=32)
+    callback = AttentionDistanceCallback(num_images=24, batch_size=10)
+    run = tmp_path / "run"
+    csv_logger = CSVLogger(run, name="", version="")
+    wandb_logger = WandbLogger(save_dir=str(tmp_path), offline=True, project="test-analysis")
+    trainer = L.Trainer(
+        accelerator="cpu", max_steps=3, limit_val_batches=1, logger=[csv_logger, wandb_logger],
+        callbacks=[callback], enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+    )
+    trainer.fit(module, datamodule=data)
+
+    # numbers: the same as computing the distance on the first 24 validation images by hand
+    images = torch.stack([data.val_dataset[i][0] for i in range(24)])
+    expected = mean_attention_distance(net, images, num_images=24)
+    result = json.loads((run / "analysis" / "attention_distance.json").read_text())
+    assert result["num_images"] == 24 and result["class_token"] == "drop"
+    got = torch.tensor([row["heads"] for row in result["attention_distance"]], dtype=torch.float64)
+    torch.testing.assert_close(got, expected)
+    assert module.net.training  # the analysis put the net back into training mode
+
+    # metrics: analysis/mad_layer{l} (mean over heads) in metrics.csv
+    rows = list(csv.DictReader((run / "metrics.csv").open()))
+    logged = [r for r in rows if r.get("analysis/mad_layer1")]
+    assert len(logged) == 1
+    for layer in (1, 2):
+        assert float(logged[0][f"analysis/mad_layer{layer}"]) == pytest.approx(float(expected[layer - 1].mean()))
+
+    # figures: next to the metrics, and in the W&B run
+    for name in ("attention_distance.png", "position_similarity.png"):
+        assert is_png(run / "analysis" / name)
+    assert set(result["figures"]) == {"attention_distance", "position_similarity"}
+    assert result["position_similarity"]["stem"].keys() == {"same_row_or_column", "other"}
+    media = sorted(p.name for p in tmp_path.glob("wandb/*run-*/files/media/images/analysis/*.png"))
+    assert any(n.startswith("attention_distance") for n in media)
+    assert any(n.startswith("position_similarity") for n in media)
+
+
+def test_fixed_images_are_the_first_validation_images():
+    data = ImageDataModule(source="digits", batch_size=32)
+    data.setup("fit")
+
+    class FakeTrainer:
+        datamodule = data
+        val_dataloaders = None
+
+    images = fixed_images(FakeTrainer(), 5)
+    torch.testing.assert_close(images, torch.stack([data.val_dataset[i][0] for i in range(5)]))
+
+
+def test_callback_validates_its_arguments():
+    with pytest.raises(ValueError, match="num_images=0"):
+        AttentionDistanceCallback(num_images=0)
+    with pytest.raises(ValueError, match="class_token='cls'"):
+        AttentionDistanceCallback(class_token="cls")
+
+
+def test_figures_write_png_files_atomically(tmp_path):
+    mads = {"ViT": torch.rand(4, 3) * 10, "hybrid": torch.rand(4, 3) * 10}
+    figures = {
+        "distance": attention_distance_figure(mads),
+        "rollout": rollout_figure(torch.rand(3, 1, 8, 8), torch.rand(3, 8, 8), titles=["a", "b", "c"]),
+        "posemb": position_similarity_figure(torch.rand(3, 4, 3, 4) * 2 - 1),
+        "filters": filters_figure(torch.randn(5, 3, 4, 4), explained=torch.full((5,), 0.2)),
+    }
+    for name, fig in figures.items():
+        assert is_png(save_figure(fig, tmp_path / f"{name}.png"))
+    assert len(figures["distance"].axes) == 2  # side by side
+    save_json(tmp_path / "n.json", {"a": 1})
+    assert json.loads((tmp_path / "n.json").read_text()) == {"a": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f"{n}.png" for n in figures] + ["n.json"])
