@@ -1,0 +1,652 @@
+"""Reports: a sweep's results.json files as one Markdown table beside the paper, and figures.
+
+    python -m reproductions report vit/position --profile cpu [--seeds N] [--root runs] [--wandb]
+
+Reads every ``results.json`` under ``<root>/<sweep>-<profile>/`` (the planned seeds, plus any
+other finished ``seed<k>`` found there), and writes, atomically, into that directory:
+
+- ``report.md``: how the runs were made (sweep, profile, command, base config, data, code
+  version), the paper's reference and claims, the table (variant, our metric mean ± sample
+  std over n seeds, the paper's value per reference column, parameters, GFLOPs per image,
+  total training FLOPs, training images/s, training time per run), the numbers the claims
+  are about, the figure, and every planned run that is missing or failed (never dropped
+  silently: a variant without results stays in the table with n = 0);
+- ``<axis>.png``: the sweep file's ``report.plot``:
+    ``accuracy_vs_flops``  accuracy against GFLOPs per image and against total training FLOPs
+                           (patch size);
+    ``bars``               one bar per variant with ± std error bars (position; with
+                           ``speed: true`` a second panel of training images/s: attention);
+    ``grouped_bars``       bars grouped by ``report.x`` (e.g. the learning rate), one colour per
+                           ``report.hue`` (e.g. cls/gap): pooling.
+
+The sweep file's ``report.check`` picks the claim summary: ``halving`` (compute ratio and
+accuracy gain per step of ``report.param``, e.g. patch size), ``baseline`` (gap between
+``report.baseline`` and the others, and their spread), ``best_per_group`` (best ``report.x``
+per ``report.hue`` and the gap at the best and at a shared value), ``speed`` (accuracy and
+throughput against ``report.baseline``).
+
+With ``--wandb`` the same table and figure go to W&B as a ``report`` run in the sweep's group
+(offline unless a key is configured, the rule of ``reproductions.cli.wandb_offline``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import math
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from reproductions.results import atomic_write_text, read_results
+from reproductions.sweep import (
+    DEFAULT_PROFILE,
+    LOG_FILE,
+    Plan,
+    Reference,
+    SweepError,
+    Variant,
+    cli_value,
+    last_error,
+    make_plan,
+)
+
+REPORT_FILE = "report.md"
+PLOTS = ("bars", "grouped_bars", "accuracy_vs_flops")
+CHECKS = ("halving", "baseline", "best_per_group", "speed")
+
+
+# --------------------------------------------------------------------------- collecting
+
+
+@dataclass
+class Stat:
+    mean: float | None
+    std: float | None  # sample standard deviation (n - 1); None when n < 2
+    n: int
+
+
+def mean_std(values: Sequence[float]) -> Stat:
+    """Mean and sample standard deviation (ddof = 1) of the finite values."""
+    vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    n = len(vals)
+    if n == 0:
+        return Stat(None, None, 0)
+    mean = sum(vals) / n
+    std = math.sqrt(sum((v - mean) ** 2 for v in vals) / (n - 1)) if n > 1 else None
+    return Stat(mean, std, n)
+
+
+def _get(d: dict, path: str) -> Any:
+    for part in path.split("."):
+        if not isinstance(d, dict) or part not in d:
+            return None
+        d = d[part]
+    return d
+
+
+@dataclass
+class VariantResults:
+    variant: Variant
+    results: list[dict] = field(default_factory=list)  # finished runs, by seed
+    missing: list[tuple[int, str]] = field(default_factory=list)  # planned seeds without a result
+
+    def values(self, path: str) -> list[float]:
+        out = []
+        for r in self.results:
+            v = _get(r, path)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                out.append(float(v))
+        return out
+
+    def stat(self, path: str) -> Stat:
+        return mean_std(self.values(path))
+
+    def metric(self, plan: Plan) -> Stat:
+        """The sweep's metric in display units (e.g. accuracy in percent)."""
+        m = plan.sweep.metric
+        return mean_std([v * m.scale for v in self.values_of_metric(m.key)])
+
+    def values_of_metric(self, key: str) -> list[float]:
+        return [float(r["test"][key]) for r in self.results if isinstance((r.get("test") or {}).get(key), (int, float))]
+
+    def seeds(self) -> list[int]:
+        return [int(r.get("seed", -1)) for r in self.results]
+
+
+def _seed_of(path: Path) -> int | None:
+    try:
+        return int(path.name.removeprefix("seed")) if path.name.startswith("seed") else None
+    except ValueError:
+        return None
+
+
+def collect(plan: Plan) -> list[VariantResults]:
+    """Finished results per variant (planned seeds and any other finished seed on disk) and
+    the planned runs without one, with the reason (not run / failed or unfinished + last log line)."""
+    out = []
+    for variant in plan.variants:
+        vdir = plan.experiment_dir / variant.name
+        seeds = list(plan.seeds)
+        if vdir.is_dir():
+            seeds += sorted(s for s in (_seed_of(p) for p in vdir.iterdir() if p.is_dir()) if s is not None and s not in seeds)
+        vr = VariantResults(variant)
+        for seed in sorted(seeds):
+            run_dir = vdir / f"seed{seed}"
+            res = read_results(run_dir)
+            if res is not None:
+                vr.results.append(res)
+            elif seed in plan.seeds:
+                if not run_dir.exists():
+                    vr.missing.append((seed, "not run"))
+                else:
+                    log = run_dir / LOG_FILE
+                    why = last_error(log) if log.exists() else "no results.json and no stdout.log"
+                    vr.missing.append((seed, f"failed or unfinished: {why}"))
+        out.append(vr)
+    return out
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def fmt_stat(stat: Stat, digits: int = 2) -> str:
+    if stat.mean is None:
+        return "–"
+    if stat.std is None:
+        return f"{stat.mean:.{digits}f}"
+    return f"{stat.mean:.{digits}f} ± {stat.std:.{digits}f}"
+
+
+def fmt_si(value: float | None, unit: str = "") -> str:
+    """1234 -> 1.23k; 7.3e11 -> 731 G (three significant figures)."""
+    if value is None:
+        return "–"
+    for factor, prefix in ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g} {prefix}{unit}" if unit else f"{value / factor:.3g}{prefix}"
+    return f"{value:.3g} {unit}" if unit else f"{value:.3g}"
+
+
+def fmt_seconds(seconds: float | None) -> str:
+    if seconds is None:
+        return "–"
+    if seconds < 90:
+        return f"{seconds:.1f} s"
+    minutes, s = divmod(int(round(seconds)), 60)
+    if minutes < 90:
+        return f"{minutes} min {s:02d} s"
+    return f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+def fmt_paper(ref: Reference, variant: Variant) -> str:
+    pv = variant.paper.get(ref.key)
+    if pv is None:
+        return "–"
+    value = pv.value * 100 if ref.scale == "fraction" else pv.value
+    text = f"{value:.2f}"
+    return text + " (unverified)" if (pv.unverified or ref.unverified) else text
+
+
+def _md_cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def table(plan: Plan, collected: list[VariantResults]) -> tuple[list[str], list[list[str]]]:
+    """The report table: header and rows (strings), one row per planned variant."""
+    sweep = plan.sweep
+    header = ["variant", f"ours: {sweep.metric.label}, mean ± std", "n"]
+    header += [ref.label for ref in sweep.references]
+    header += ["params", "GFLOPs/image", "training FLOPs", "train images/s", "time/run"]
+    rows = []
+    for vr in collected:
+        flops = vr.stat("model.flops_per_sample").mean
+        row = [vr.variant.name, fmt_stat(vr.metric(plan)), str(len(vr.values_of_metric(sweep.metric.key)))]
+        row += [fmt_paper(ref, vr.variant) for ref in sweep.references]
+        params = vr.stat("model.params").mean
+        row += [
+            fmt_si(params),
+            "–" if flops is None else f"{flops / 1e9:.3g}",
+            fmt_si(vr.stat("training.total_train_flops").mean, "FLOP"),
+            fmt_stat(vr.stat("training.samples_per_sec"), 0),
+            fmt_seconds(vr.stat("training.fit_time_s").mean),
+        ]
+        rows.append(row)
+    return header, rows
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(_md_cell(h) for h in header) + " |"]
+    lines.append("|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|")
+    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def text_table(header: list[str], rows: list[list[str]]) -> str:
+    """The table for a terminal: aligned columns."""
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    fmt = lambda cells: "  ".join(str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))  # noqa: E731
+    return "\n".join([fmt(header), "  ".join("-" * w for w in widths), *[fmt(r) for r in rows]])
+
+
+# --------------------------------------------------------------------------- claims
+
+
+def _by_name(collected: list[VariantResults]) -> dict[str, VariantResults]:
+    return {vr.variant.name: vr for vr in collected}
+
+
+def _pm(stat: Stat) -> str:
+    return fmt_stat(stat) if stat.mean is not None else "no result"
+
+
+def _delta(a: Stat, b: Stat) -> str:
+    """b - a in points, with the combined standard error when both have n >= 2."""
+    if a.mean is None or b.mean is None:
+        return "n/a"
+    d = b.mean - a.mean
+    d = 0.0 if abs(d) < 0.005 else d  # no "-0.00"
+    if a.std is not None and b.std is not None:
+        se = math.sqrt(a.std**2 / a.n + b.std**2 / b.n)
+        return f"{d:+.2f} points (± {se:.2f} s.e.)"
+    return f"{d:+.2f} points"
+
+
+def check_halving(plan: Plan, collected: list[VariantResults]) -> list[str]:
+    param = plan.sweep.report.get("param", plan.sweep.axis)
+    points = []
+    for vr in collected:
+        value = vr.variant.axes.get(param)
+        flops = vr.stat("model.flops_per_sample").mean
+        if isinstance(value, (int, float)) and flops:
+            points.append((float(value), flops, vr.metric(plan), vr.variant.name))
+    points.sort(reverse=True)  # large patches (cheap) first
+    lines = []
+    for (p1, f1, s1, n1), (p2, f2, s2, n2) in zip(points, points[1:]):
+        lines.append(
+            f"{param} {p1:g} -> {p2:g} (side x{p2 / p1:.2f}): GFLOPs/image x{f2 / f1:.2f}, "
+            f"accuracy {_pm(s1)} -> {_pm(s2)}: {_delta(s1, s2)}"
+        )
+    return lines
+
+
+def check_baseline(plan: Plan, collected: list[VariantResults]) -> list[str]:
+    base_name = plan.sweep.report.get("baseline")
+    by = _by_name(collected)
+    if base_name not in by:
+        return [f"(no baseline variant {base_name!r} in this sweep)"]
+    base = by[base_name].metric(plan)
+    others = [(vr.variant.name, vr.metric(plan)) for vr in collected if vr.variant.name != base_name]
+    others = [(n, s) for n, s in others if s.mean is not None]
+    if base.mean is None or not others:
+        return ["not enough results yet"]
+    best = max(others, key=lambda x: x[1].mean)
+    worst = min(others, key=lambda x: x[1].mean)
+    return [
+        f"{base_name}: {_pm(base)}; best other, {best[0]}: {_pm(best[1])}: gap {_delta(base, best[1])}; "
+        f"worst other, {worst[0]}: {_pm(worst[1])}: gap {_delta(base, worst[1])}",
+        f"spread among the {len(others)} other variants (best - worst mean): {best[1].mean - worst[1].mean:.2f} points",
+    ]
+
+
+def _axis_sort_key(value: Any) -> tuple:
+    return (0, float(value), "") if isinstance(value, (int, float)) else (1, 0.0, str(value))
+
+
+def check_best_per_group(plan: Plan, collected: list[VariantResults]) -> list[str]:
+    x, hue = plan.sweep.report.get("x"), plan.sweep.report.get("hue")
+    groups: dict[Any, dict[Any, Stat]] = {}
+    for vr in collected:
+        if x in vr.variant.axes and hue in vr.variant.axes:
+            groups.setdefault(vr.variant.axes[hue], {})[vr.variant.axes[x]] = vr.metric(plan)
+    lines, best = [], {}
+    for h, by_x in groups.items():
+        done = {k: s for k, s in by_x.items() if s.mean is not None}
+        if not done:
+            lines.append(f"{hue}={h}: no results")
+            continue
+        bx = max(done, key=lambda k: done[k].mean)
+        best[h] = done[bx]
+        lines.append(f"{hue}={h}: best {x}={bx} with {_pm(done[bx])}")
+    if len(best) == 2:
+        (h1, s1), (h2, s2) = best.items()
+        lines.append(f"at each one's best {x}: {hue}={h2} - {hue}={h1}: {_delta(s1, s2)}")
+        shared = sorted(set.intersection(*(set(v) for v in groups.values())), key=_axis_sort_key)
+        for xv in shared:
+            a, b = groups[h1][xv], groups[h2][xv]
+            lines.append(f"at the shared {x}={xv}: {hue}={h2} - {hue}={h1}: {_delta(a, b)}")
+    return lines
+
+
+def check_speed(plan: Plan, collected: list[VariantResults]) -> list[str]:
+    base_name = plan.sweep.report.get("baseline")
+    by = _by_name(collected)
+    if base_name not in by:
+        return [f"(no baseline variant {base_name!r} in this sweep)"]
+    base = by[base_name]
+    lines = []
+    for vr in collected:
+        if vr is base:
+            continue
+        speed_b, speed_v = base.stat("training.samples_per_sec"), vr.stat("training.samples_per_sec")
+        ratio = f"x{speed_b.mean / speed_v.mean:.2f}" if speed_b.mean and speed_v.mean else "n/a"
+        lines.append(
+            f"{vr.variant.name} vs {base_name}: accuracy {_delta(base.metric(plan), vr.metric(plan))}; "
+            f"{base_name} trains {ratio} as many images/s ({fmt_stat(speed_b, 0)} vs {fmt_stat(speed_v, 0)})"
+        )
+    return lines
+
+
+_CHECKERS = {
+    "halving": check_halving,
+    "baseline": check_baseline,
+    "best_per_group": check_best_per_group,
+    "speed": check_speed,
+}
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def _atomic_savefig(fig, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _bar_limits(ax, lows: list[float], highs: list[float], horizontal: bool) -> None:
+    """Zoom the value axis onto the data when the differences are small (said on the axis)."""
+    if not lows:
+        return
+    lo, hi = min(lows), max(highs)
+    span = max(hi - lo, 1e-9)
+    start = max(0.0, lo - 0.5 * span)
+    if start > 0:
+        (ax.set_xlim if horizontal else ax.set_ylim)(start, hi + 0.25 * span)
+
+
+def figure(plan: Plan, collected: list[VariantResults], path: Path) -> Path | None:
+    """Draw the sweep's ``report.plot`` into ``path`` (PNG); None when nothing finished."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import matplotlib.ticker
+
+    rep = plan.sweep.report
+    kind = rep.get("plot", "bars")
+    if kind not in PLOTS:
+        raise SweepError(f"{plan.sweep.path}: report.plot={kind!r} is not one of {list(PLOTS)}")
+    label = plan.sweep.metric.label
+    have = [vr for vr in collected if vr.metric(plan).mean is not None]
+    if not have:
+        return None
+    title = f"{plan.sweep.title}\n{plan.experiment}: mean ± std over seeds"
+
+    if kind == "accuracy_vs_flops":
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+        for ax, path_key, xlabel, scale in (
+            (axes[0], "model.flops_per_sample", "GFLOPs per image (forward)", 1e-9),
+            (axes[1], "training.total_train_flops", "total training FLOPs", 1.0),
+        ):
+            for vr in have:
+                xs = vr.stat(path_key).mean
+                if xs is None:
+                    continue
+                s = vr.metric(plan)
+                ax.errorbar(xs * scale, s.mean, yerr=s.std or 0, fmt="o", capsize=4)
+                ax.annotate(vr.variant.name, (xs * scale, s.mean), textcoords="offset points", xytext=(6, 6), fontsize=8)
+            ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # overlapping 2x10^-3 ... labels
+            ax.margins(x=0.2)
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel(label)
+            ax.grid(alpha=0.3)
+        fig.suptitle(title, fontsize=10)
+
+    elif kind == "grouped_bars":
+        x, hue = rep.get("x"), rep.get("hue")
+        xs = sorted({vr.variant.axes.get(x) for vr in collected}, key=_axis_sort_key)
+        hues = list(dict.fromkeys(vr.variant.axes.get(hue) for vr in collected))
+        width = 0.8 / max(1, len(hues))
+        fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(xs) + 2), 4.2))
+        lows, highs = [], []
+        for j, h in enumerate(hues):
+            means, errs, pos = [], [], []
+            for i, xv in enumerate(xs):
+                vr = next((v for v in collected if v.variant.axes.get(x) == xv and v.variant.axes.get(hue) == h), None)
+                s = vr.metric(plan) if vr else Stat(None, None, 0)
+                if s.mean is None:
+                    continue
+                means.append(s.mean)
+                errs.append(s.std or 0)
+                pos.append(i + (j - (len(hues) - 1) / 2) * width)
+                lows.append(s.mean - (s.std or 0))
+                highs.append(s.mean + (s.std or 0))
+            ax.bar(pos, means, width, yerr=errs, capsize=4, label=f"{hue}={h}")
+        ax.set_xticks(range(len(xs)), [f"{x}={xv}" for xv in xs])
+        _bar_limits(ax, lows, highs, horizontal=False)
+        ax.set_ylabel(label + (" (axis zoomed)" if ax.get_ylim()[0] > 0 else ""))
+        ax.legend()
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_title(title, fontsize=10)
+
+    else:  # bars
+        speed = bool(rep.get("speed"))
+        ncols = 2 if speed else 1
+        fig, axes = plt.subplots(1, ncols, figsize=(6 * ncols, max(3, 0.45 * len(collected) + 1.5)), squeeze=False)
+        names = [vr.variant.name for vr in collected][::-1]
+        panels = [(axes[0][0], lambda vr: vr.metric(plan), label)]
+        if speed:
+            panels.append((axes[0][1], lambda vr: vr.stat("training.samples_per_sec"), "training images/s"))
+        for ax, get, xlabel in panels:
+            stats = [get(vr) for vr in collected][::-1]
+            means = [s.mean if s.mean is not None else 0.0 for s in stats]
+            ax.barh(names, means, xerr=[s.std or 0 for s in stats], capsize=4, color="tab:blue")
+            _bar_limits(
+                ax, [s.mean - (s.std or 0) for s in stats if s.mean is not None],
+                [s.mean + (s.std or 0) for s in stats if s.mean is not None], horizontal=True,
+            )  # fmt: skip
+            for i, s in enumerate(stats):
+                if s.mean is None:
+                    ax.text(ax.get_xlim()[0], i, "  no result", va="center", fontsize=8, color="tab:red")
+                else:
+                    ax.annotate(f"n={s.n}", (s.mean + (s.std or 0), i), xytext=(6, 0), textcoords="offset points",
+                                va="center", fontsize=7)  # fmt: skip
+            ax.set_xlabel(xlabel + (" (axis zoomed)" if ax.get_xlim()[0] > 0 else ""))
+            ax.grid(axis="x", alpha=0.3)
+        fig.suptitle(title, fontsize=10)
+
+    _atomic_savefig(fig, path)
+    plt.close(fig)
+    return path
+
+
+# --------------------------------------------------------------------------- the report
+
+
+@dataclass
+class Report:
+    path: Path
+    figures: list[Path]
+    header: list[str]
+    rows: list[list[str]]
+    missing: list[str]
+    markdown: str
+
+
+def _first(collected: list[VariantResults]) -> dict | None:
+    return next((r for vr in collected for r in vr.results), None)
+
+
+def _overrides_text(overrides: dict) -> str:
+    return ", ".join(f"`{k}={cli_value(v)}`" for k, v in overrides.items()) or "none"
+
+
+def build_report(plan: Plan, collected: list[VariantResults], figures: list[Path]) -> Report:
+    sweep, prof = plan.sweep, plan.profile
+    header, rows = table(plan, collected)
+    first = _first(collected)
+    missing = [
+        f"`{vr.variant.name}` seed {seed}: {why} (`{plan.experiment_dir / vr.variant.name / f'seed{seed}'}`)"
+        for vr in collected for seed, why in vr.missing
+    ]  # fmt: skip
+    n_done = sum(len(vr.results) for vr in collected)
+    lines = [f"# {sweep.title}", ""]
+    if sweep.description:
+        lines += [sweep.description.strip(), ""]
+    lines += [
+        f"- Sweep `{sweep.id}` (`{_rel(sweep.path)}`), profile `{prof.name}`"
+        + (f" ({prof.description.strip()})" if prof.description else "")
+        + f", experiment `{plan.experiment}`",
+        f"- Made by: `{plan.sweep_command()}`; this report: `{plan.sweep_command('report')}`",
+        f"- Base config: `{_rel(plan.base)}`; sweep overrides: {_overrides_text(sweep.overrides)}; "
+        f"profile overrides: {_overrides_text(prof.overrides)}",
+        f"- Seeds planned: {', '.join(map(str, plan.seeds))}; {n_done} finished runs over {len(collected)} variants; "
+        f"metric `{sweep.metric.key}` ({sweep.metric.label}), mean ± sample std (n - 1) over the n seeds",
+    ]
+    if first is not None:
+        data = first.get("data") or {}
+        tr = first.get("training") or {}
+        git = first.get("git") or {}
+        lines.append(
+            f"- Data: `{data.get('source', '?')}` (train {data.get('train_size', '?')}, val {data.get('val_size', '?')}, "
+            f"test {data.get('test_size', '?')} images, input {data.get('input_shape', '?')}); "
+            f"{tr.get('epochs', '?')} epochs, {tr.get('steps', '?')} steps of batch {tr.get('global_batch_size', '?')}; "
+            f"{tr.get('devices', '?')} device(s), precision {tr.get('precision', '?')}, host `{first.get('host', '?')}`; "
+            f"test weights: {first.get('test_ckpt', '?')}"
+        )
+        commits = sorted({str((r.get("git") or {}).get("commit"))[:10] + (" (dirty)" if (r.get("git") or {}).get("dirty") else "")
+                          for vr in collected for r in vr.results})  # fmt: skip
+        lines.append(f"- Code: git {', '.join(commits) if git else 'unknown'}; torch {(first.get('versions') or {}).get('torch')}")
+    lines.append(f"- Written {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}")
+    lines.append("")
+    if sweep.references or sweep.claims:
+        lines += ["## The paper", ""]
+        for ref in sweep.references:
+            mark = " (unverified)" if ref.unverified else ""
+            scale = "fractions in the paper, shown as percent" if ref.scale == "fraction" else "percent"
+            lines.append(f"- **{ref.label}**{mark} ({scale})" + (f": {ref.note.strip()}" if ref.note else ""))
+        for claim in sweep.claims:
+            lines.append(f"- Claim: {claim.strip()}")
+        lines.append("")
+    lines += ["## Results", "", markdown_table(header, rows), ""]
+    check = sweep.report.get("check")
+    if check:
+        if check not in _CHECKERS:
+            raise SweepError(f"{sweep.path}: report.check={check!r} is not one of {list(_CHECKERS)}")
+        lines += ["## Our numbers on the claim", ""]
+        lines += [f"- {line}" for line in _CHECKERS[check](plan, collected)]
+        lines.append("")
+    if figures:
+        lines += ["## Figures", ""]
+        lines += [f"![{f.stem}]({f.name})" for f in figures]
+        lines.append("")
+    lines += ["## Missing or failed runs", ""]
+    lines += [f"- {m}" for m in missing] if missing else ["None: every planned run finished."]
+    lines.append("")
+    text = "\n".join(lines)
+    return Report(plan.experiment_dir / REPORT_FILE, figures, header, rows, missing, text)
+
+
+def _rel(path: Path) -> str:
+    for root in (Path.cwd(), Path(__file__).resolve().parents[1]):
+        try:
+            return str(Path(path).resolve().relative_to(root.resolve()))
+        except ValueError:
+            continue
+    return str(path)
+
+
+def log_to_wandb(plan: Plan, report: Report, project: str = "attention-repro") -> None:
+    """The table and figures as a ``report`` run in the sweep's W&B group (offline without a key)."""
+    import wandb
+
+    from reproductions.cli import wandb_offline
+
+    run = wandb.init(
+        project=project,
+        group=plan.experiment,
+        name=f"{plan.experiment}/report",
+        job_type="report",
+        tags=list(dict.fromkeys([plan.sweep.axis, plan.profile.name, plan.sweep.id])),
+        dir=str(plan.experiment_dir),
+        mode="offline" if wandb_offline() else "online",
+        config={"sweep": plan.sweep.id, "profile": plan.profile.name, "seeds": plan.seeds},
+    )
+    try:
+        payload: dict[str, Any] = {"report/table": wandb.Table(columns=report.header, data=report.rows)}
+        for fig in report.figures:
+            payload[f"report/{fig.stem}"] = wandb.Image(str(fig))
+        run.log(payload)
+        run.summary["report/missing_runs"] = len(report.missing)
+        run.save(str(report.path), base_path=str(report.path.parent), policy="now")
+    finally:
+        run.finish()
+
+
+def write_report(plan: Plan, *, wandb: bool = False, project: str = "attention-repro", out: TextIO | None = None) -> Report:
+    """Collect, draw, write ``report.md`` atomically, print the table (and log to W&B)."""
+    out = out or sys.stdout
+    collected = collect(plan)
+    figures = []
+    fig = figure(plan, collected, plan.experiment_dir / f"{plan.sweep.axis}.png")
+    if fig is not None:
+        figures.append(fig)
+    report = build_report(plan, collected, figures)
+    atomic_write_text(report.path, report.markdown)
+    print(f"\n{plan.sweep.title} ({plan.experiment})", file=out)
+    print(text_table(report.header, report.rows), file=out)
+    check = plan.sweep.report.get("check")
+    if check in _CHECKERS:
+        for line in _CHECKERS[check](plan, collected):
+            print(f"  {line}", file=out)
+    if report.missing:
+        print(f"missing or failed runs ({len(report.missing)}):", file=out)
+        for m in report.missing:
+            print(f"  {m.replace('`', '')}", file=out)
+    print(f"report: {report.path}" + "".join(f"\nfigure: {f}" for f in figures), file=out)
+    if wandb:
+        log_to_wandb(plan, report, project)
+    return report
+
+
+def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    p = argparse.ArgumentParser(
+        prog="python -m reproductions report",
+        description="Write a sweep's report: Markdown table beside the paper's values, and figures.",
+        allow_abbrev=False,
+    )
+    p.add_argument("sweep", help="a sweep name (vit/position) or a sweep YAML file")
+    p.add_argument("--profile", default=DEFAULT_PROFILE)
+    p.add_argument("--seeds", type=int, default=None, help="the planned seeds 0..N-1 (default: the profile's)")
+    p.add_argument("--root", default="runs")
+    p.add_argument("--experiment", default=None, help="experiment name (default <sweep>-<profile>)")
+    p.add_argument("--wandb", action="store_true", help="also log the table and figures to W&B (the sweep's group)")
+    p.add_argument("--project", default="attention-repro", help="W&B project")
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        plan = make_plan(args.sweep, args.profile, seeds=args.seeds, root=args.root, experiment=args.experiment)
+    except SweepError as e:
+        print(f"report: {e}", file=sys.stderr)
+        return 2
+    if not plan.experiment_dir.is_dir():
+        print(f"report: no runs under {plan.experiment_dir}; run first: {plan.sweep_command()}", file=sys.stderr)
+        return 1
+    write_report(plan, wandb=args.wandb, project=args.project, out=out)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,216 @@
+"""Reports (reproductions/report.py) on hand-made results.json files: known means and standard
+deviations, paper columns, missing and failed runs listed, figures, W&B."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from reproductions.report import REPORT_FILE, collect, fmt_si, main as report_main, mean_std, table, write_report
+from reproductions.results import RESULTS_FILE, atomic_write_json
+from reproductions.sweep import make_plan
+
+REPO = Path(__file__).resolve().parents[1]
+DIGITS = REPO / "reproductions/vit/configs/digits.yaml"
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def write_sweep(path: Path, **spec) -> Path:
+    spec.setdefault("axis", "position")
+    spec.setdefault("title", "Test sweep")
+    spec.setdefault("base", str(DIGITS))
+    spec.setdefault("profiles", {"smoke": {"seeds": 3}})
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def result(variant: str, seed: int, acc: float, *, params=136138, flops=4.76e6, train_flops=7.3e11,
+           fit_time=30.0, speed=150.0) -> dict:  # fmt: skip
+    return {
+        "status": "finished", "experiment": "x", "variant": variant, "seed": seed,
+        "test": {"test/acc": acc, "test/loss": 0.5}, "test_ckpt": "final",
+        "model": {"params": params, "flops_per_sample": flops},
+        "training": {"epochs": 40, "steps": 800, "global_batch_size": 64, "total_train_flops": train_flops,
+                     "devices": 1, "precision": "32-true", "fit_time_s": fit_time, "samples_per_sec": speed},
+        "data": {"source": "digits", "train_size": 1294, "val_size": 144, "test_size": 359, "input_shape": [1, 8, 8]},
+        "git": {"commit": "abcdef1234567890", "dirty": False}, "versions": {"torch": "2.x"}, "host": "box",
+    }  # fmt: skip
+
+
+def put(root: Path, experiment: str, variant: str, seed: int, **kw) -> None:
+    atomic_write_json(root / experiment / variant / f"seed{seed}" / RESULTS_FILE, result(variant, seed, **kw))
+
+
+def position_sweep(tmp_path: Path) -> Path:
+    return write_sweep(
+        tmp_path / "pos.yaml",
+        aliases={"pos_embed": "model.net.init_args.pos_embed"},
+        variants=[
+            {"name": "none", "overrides": {"pos_embed": "none"}, "paper": {"t8": 0.61382, "readme": 79.63}},
+            {"name": "learned", "overrides": {"pos_embed": "learned_1d"},
+             "paper": {"t8": 0.64206, "readme": {"value": 86.52, "unverified": True}}},
+            {"name": "relative", "overrides": {"pos_embed": "relative"}, "paper": {"t8": 0.64032}},
+            {"name": "sincos", "overrides": {"pos_embed": "sincos_2d"}},
+        ],  # fmt: skip
+        references={
+            "t8": {"label": "Table 8 (%)", "scale": "fraction", "note": "ImageNet 5-shot; not directly comparable"},
+            "readme": {"label": "README CIFAR-10 (%)", "scale": "percent"},
+        },
+        claims=["A clear gap between none and any embedding."],
+        report={"plot": "bars", "check": "baseline", "baseline": "none"},
+    )
+
+
+def test_mean_and_sample_std_known_answer():
+    s = mean_std([0.90, 0.92, 0.94])
+    assert s.n == 3 and s.mean == pytest.approx(0.92) and s.std == pytest.approx(0.02)  # ddof = 1
+    one = mean_std([0.5])
+    assert one.mean == 0.5 and one.std is None and one.n == 1
+    assert mean_std([]).mean is None and mean_std([1.0, float("nan"), 3.0]).mean == 2.0
+    assert fmt_si(136138) == "136k" and fmt_si(7.3e11, "FLOP") == "730 GFLOP" and fmt_si(86.57e6) == "86.6M"
+
+
+def test_report_table_from_hand_made_results(tmp_path, capsys):
+    sweep = position_sweep(tmp_path)
+    root, exp = tmp_path / "runs", "pos-smoke"
+    for seed, acc in enumerate([0.90, 0.92, 0.94]):  # 92.00 ± 2.00
+        put(root, exp, "learned", seed, acc=acc, fit_time=30.0 + seed, speed=100.0 + 10 * seed)
+    for seed, acc in enumerate([0.80, 0.81]):  # seed 2 failed: 80.50 ± 0.71 over n = 2
+        put(root, exp, "none", seed, acc=acc, params=135000)
+    failed = root / exp / "none" / "seed2"
+    failed.mkdir(parents=True)
+    (failed / "stdout.log").write_text("Traceback (most recent call last):\nRuntimeError: CUDA out of memory\n")
+    put(root, exp, "relative", 0, acc=0.95)  # seeds 1 and 2 never ran
+    put(root, exp, "relative", 7, acc=0.97)  # an extra seed found on disk counts too
+    (root / exp / "relative" / "seed8").mkdir()  # an unplanned, unfinished seed: ignored
+    # "sincos" has no results at all
+
+    assert report_main([str(sweep), "--profile", "smoke", "--root", str(root)]) == 0
+    md = (root / exp / REPORT_FILE).read_text()
+    rows = {line.split(" | ")[0].strip("| "): line for line in md.splitlines() if line.startswith("| ")}
+    assert rows["learned"] == "| learned | 92.00 ± 2.00 | 3 | 64.21 | 86.52 (unverified) | 136k | 0.00476 | 730 GFLOP | 110 ± 10 | 31.0 s |"
+    assert rows["none"].startswith("| none | 80.50 ± 0.71 | 2 | 61.38 | 79.63 | 135k |")
+    assert rows["relative"].startswith("| relative | 96.00 ± 1.41 | 2 | 64.03 | – |")
+    assert rows["sincos"].startswith("| sincos | – | 0 | – | – | – |")  # kept in the table, not dropped
+    header = rows["variant"]
+    assert "ours: test acc. (%), mean ± std" in header and "Table 8 (%)" in header and "README CIFAR-10 (%)" in header
+    for column in ("params", "GFLOPs/image", "training FLOPs", "train images/s", "time/run"):
+        assert column in header
+    missing = md[md.index("## Missing or failed runs"):]
+    assert "`none` seed 2: failed or unfinished: RuntimeError: CUDA out of memory" in missing
+    assert "`relative` seed 1: not run" in missing and "`relative` seed 2: not run" in missing
+    assert all(f"`sincos` seed {s}: not run" in missing for s in range(3))
+    assert "seed 8" not in missing and "`learned`" not in missing
+    # the header says how it was made and what the paper column is
+    assert "python -m reproductions sweep" in md and "profile `smoke`" in md
+    assert "ImageNet 5-shot; not directly comparable" in md and "A clear gap between none and any embedding." in md
+    assert "fractions in the paper, shown as percent" in md
+    assert "git abcdef1234" in md and "`digits` (train 1294, val 144, test 359" in md
+    # the claim numbers: baseline none 80.50, best other relative 96.00: +15.50 points
+    assert "none: 80.50 ± 0.71; best other, relative: 96.00 ± 1.41: gap +15.50 points" in md
+    assert "spread among the 2 other variants (best - worst mean): 4.00 points" in md
+    assert "![position](position.png)" in md
+    assert (root / exp / "position.png").read_bytes()[:8] == PNG
+    assert not [p for p in (root / exp).iterdir() if p.name.endswith(".tmp")]
+    out = capsys.readouterr().out
+    assert re.search(r"learned\s+92\.00 ± 2\.00\s+3\s+64\.21", out)  # the table on stdout too
+    assert "missing or failed runs (6)" in out
+
+
+def test_report_figures_and_claim_checks_per_plot_kind(tmp_path):
+    root = tmp_path / "runs"
+    # patch size: accuracy against compute; 4 -> 2 is 4x the FLOPs
+    patch = write_sweep(
+        tmp_path / "patch.yaml", axis="patch_size",
+        aliases={"patch_size": "model.net.init_args.patch_size"}, product={"patch_size": [4, 2]},
+        report={"plot": "accuracy_vs_flops", "check": "halving", "param": "patch_size"},
+    )  # fmt: skip
+    for seed in range(3):
+        put(root, "patch-smoke", "patch_size=4", seed, acc=0.80 + 0.01 * seed, flops=1e6, train_flops=1e12)
+        put(root, "patch-smoke", "patch_size=2", seed, acc=0.85 + 0.01 * seed, flops=4e6, train_flops=4e12)
+    report = write_report(make_plan(patch, "smoke", root=root), out=io.StringIO())
+    assert "patch_size 4 -> 2 (side x0.50): GFLOPs/image x4.00, accuracy 81.00 ± 1.00 -> 86.00 ± 1.00: +5.00 points (± 0.82 s.e.)" in report.markdown
+    assert report.figures[0].name == "patch_size.png" and report.figures[0].read_bytes()[:8] == PNG
+
+    # pooling: grouped by learning rate
+    pool = write_sweep(
+        tmp_path / "pool.yaml", axis="pooling",
+        aliases={"pool": "model.net.init_args.pool", "lr": "model.init_args.lr"},
+        product={"pool": ["cls", "gap"], "lr": [1.0e-3, 3.0e-3]},
+        report={"plot": "grouped_bars", "x": "lr", "hue": "pool", "check": "best_per_group"},
+    )  # fmt: skip
+    accs = {"pool=cls,lr=0.001": 0.90, "pool=cls,lr=0.003": 0.85, "pool=gap,lr=0.001": 0.70, "pool=gap,lr=0.003": 0.89}
+    for name, acc in accs.items():
+        for seed in range(3):
+            put(root, "pool-smoke", name, seed, acc=acc)
+    report = write_report(make_plan(pool, "smoke", root=root), out=io.StringIO())
+    md = report.markdown
+    assert "pool=cls: best lr=0.001 with 90.00" in md and "pool=gap: best lr=0.003 with 89.00" in md
+    assert "at each one's best lr: pool=gap - pool=cls: -1.00 points" in md
+    assert "at the shared lr=0.001: pool=gap - pool=cls: -20.00 points" in md
+    assert (root / "pool-smoke" / "pooling.png").read_bytes()[:8] == PNG
+
+    # attention: accuracy and speed
+    att = write_sweep(
+        tmp_path / "att.yaml", axis="attention", variants=[{"name": "dot"}, {"name": "additive"}],
+        report={"plot": "bars", "speed": True, "check": "speed", "baseline": "dot"},
+    )  # fmt: skip
+    for seed in range(2):
+        put(root, "att-smoke", "dot", seed, acc=0.9, speed=300.0)
+        put(root, "att-smoke", "additive", seed, acc=0.9, speed=100.0)
+    report = write_report(make_plan(att, "smoke", root=root), out=io.StringIO())
+    assert "additive vs dot: accuracy +0.00 points" in report.markdown
+    assert "dot trains x3.00 as many images/s (300 ± 0 vs 100 ± 0)" in report.markdown
+    assert (root / "att-smoke" / "attention.png").read_bytes()[:8] == PNG
+
+
+def test_collect_reads_only_finished_results(tmp_path):
+    sweep = position_sweep(tmp_path)
+    root = tmp_path / "runs"
+    put(root, "pos-smoke", "none", 0, acc=0.5)
+    d = root / "pos-smoke" / "none" / "seed1"
+    d.mkdir(parents=True)
+    (d / RESULTS_FILE).write_text('{"status": "running"}')  # not finished: not a result
+    (root / "pos-smoke" / "none" / "seed2").mkdir()
+    (root / "pos-smoke" / "none" / "seed2" / RESULTS_FILE).write_text('{"status": "finis')  # torn: not a result
+    plan = make_plan(sweep, "smoke", root=root)
+    none = collect(plan)[0]
+    assert [r["seed"] for r in none.results] == [0]
+    assert [s for s, _ in none.missing] == [1, 2]
+    header, rows = table(plan, collect(plan))
+    assert rows[0][1:3] == ["50.00", "1"] and len(rows) == 4 and len(header) == len(rows[0])
+
+
+def test_report_without_any_run_says_how_to_make_them(tmp_path, capsys):
+    sweep = position_sweep(tmp_path)
+    assert report_main([str(sweep), "--profile", "smoke", "--root", str(tmp_path / "runs")]) == 1
+    err = capsys.readouterr().err
+    assert "no runs under" in err and "python -m reproductions sweep" in err
+
+
+def test_report_of_a_real_sweep_file_names_its_paper_columns(tmp_path):
+    root = tmp_path / "runs"
+    for seed in range(3):
+        put(root, "vit/position-cpu", "none-stem", seed, acc=0.9)
+    report = write_report(make_plan("vit/position", "cpu", root=root), out=io.StringIO())
+    row = next(r for r in report.rows if r[0] == "none-stem")
+    assert row[3:5] == ["61.38", "79.63"]  # Table 8 (fraction -> percent) and the README column
+    assert "Not directly comparable" in report.markdown
+    assert len(report.missing) == 11 * 3  # every other variant x seed, listed
+
+
+def test_wandb_report_is_logged_offline_in_the_sweeps_group(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    sweep = position_sweep(tmp_path)
+    root = tmp_path / "runs"
+    for seed in range(2):
+        put(root, "pos-smoke", "learned", seed, acc=0.9)
+    assert report_main([str(sweep), "--profile", "smoke", "--root", str(root), "--wandb"]) == 0
+    runs = list((root / "pos-smoke" / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    data = next(runs[0].glob("run-*.wandb")).read_bytes()
+    assert b"pos-smoke" in data and b"report/table" in data and b"report/position" in data  # group, table, figure
