@@ -147,6 +147,9 @@ class ReproductionCLI(LightningCLI):
                     save_dir=str(self.log_dir),
                     offline=wandb_offline(),
                     job_type=self.subcommand,
+                    # a run left open in this process (an earlier in-process run, a notebook) is
+                    # closed first; wandb's default would hand that old run back instead
+                    reinit="finish_previous",
                 )
             )
         if isinstance(configured, Logger):
@@ -187,7 +190,25 @@ class ReproductionCLI(LightningCLI):
             (self.run_dir / RESULTS_FILE).unlink(missing_ok=True)
         rank_zero_info(f"run directory: {self.run_dir}")
 
+    def _finish_wandb(self) -> None:
+        """Close this run's W&B run (flushes its files; the next run in this process gets its own)."""
+        for logger in self.trainer.loggers:
+            if isinstance(logger, WandbLogger) and self.trainer.is_global_zero:
+                logger.experiment.finish()
+
+    def after_validate(self) -> None:
+        self._finish_wandb()
+
+    def after_test(self) -> None:
+        self._finish_wandb()
+
     def after_fit(self) -> None:
+        try:
+            self._after_fit()
+        finally:
+            self._finish_wandb()
+
+    def _after_fit(self) -> None:
         trainer = self.trainer
         if trainer.interrupted or trainer.state.status.value != "finished":
             rank_zero_info("fit did not finish: no results.json written")

@@ -1,6 +1,7 @@
 """Test-wide settings: offline, CPU, quiet; set before any library reads them at import."""
 
 import os
+import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -19,3 +20,12 @@ def _isolated_caches(tmp_path_factory, monkeypatch):
     """Keep every cache a test writes out of the user's home."""
     cache = tmp_path_factory.getbasetemp() / "hf-cache"
     monkeypatch.setenv("HF_DATASETS_CACHE", str(cache))
+
+
+@pytest.fixture(autouse=True)
+def _no_wandb_run_left_open():
+    """A W&B run left open by one test would be handed back to the next ``wandb.init``."""
+    yield
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and wandb.run is not None:
+        wandb.finish()

@@ -46,6 +46,7 @@ def test_callback_logs_numbers_and_figures_to_csv_and_wandb(tmp_path):
         callbacks=[callback], enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
     )
     trainer.fit(module, datamodule=data)
+    wandb_logger.experiment.finish()  # Lightning leaves the run open; close it as the CLI does
 
     # numbers: the same as computing the distance on the first 24 validation images by hand
     images = torch.stack([data.val_dataset[i][0] for i in range(24)])
