@@ -45,7 +45,7 @@ explicit path computes softmax(logits + bias) @ V by hand and can keep the weigh
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
 from typing import Optional
@@ -385,6 +385,14 @@ class ViT(VisionTransformer):
 
     Shapes: input (B, in_chans, img_size, img_size) -> logits (B, num_classes);
     tokens (B, N + [1 if pool == 'cls'], embed_dim) with N = (img_size // patch_size) ** 2.
+
+    ``embed_layer`` (default None: timm's ``PatchEmbed``, patches of the image) swaps the
+    token embedding, as timm's own ``embed_layer`` does: a callable taking timm's keywords
+    (``img_size, patch_size, in_chans, embed_dim, bias, dynamic_img_pad``) and returning a
+    module with a ``grid_size``. The hybrid (``models/hybrid.py``) passes
+    ``partial(HybridEmbed, backbone=cnn)``: then ``patch_size`` is counted in feature-map
+    pixels and N is the CNN's grid. The layer is built first (its grid sizes the position
+    embeddings), then handed to timm.
     """
 
     def __init__(
@@ -406,6 +414,7 @@ class ViT(VisionTransformer):
         pos_placement: str = "stem",
         attention: str = "dot",
         additive_dim: Optional[int] = None,
+        embed_layer: Optional[Callable[..., nn.Module]] = None,
     ) -> None:
         validate_vit_config(
             img_size=img_size, in_chans=in_chans, num_classes=num_classes, patch_size=patch_size,
@@ -414,7 +423,16 @@ class ViT(VisionTransformer):
             drop_path=drop_path, pos_placement=pos_placement, attention=attention,
             additive_dim=additive_dim,
         )
-        grid_size = (img_size // patch_size, img_size // patch_size)
+        timm_embed_layer = {}  # timm's PatchEmbed unless a layer is given
+        if embed_layer is None:
+            grid_size = (img_size // patch_size, img_size // patch_size)
+        else:
+            embed = embed_layer(
+                img_size=img_size, patch_size=patch_size, in_chans=in_chans, embed_dim=embed_dim,
+                bias=True, dynamic_img_pad=False,
+            )
+            grid_size = tuple(int(g) for g in embed.grid_size)
+            timm_embed_layer = dict(embed_layer=lambda **_: embed)  # hand timm the built layer
         num_prefix_tokens = 1 if pool == "cls" else 0
         absolute = dict(grid_size=grid_size, embed_dim=embed_dim, num_prefix_tokens=num_prefix_tokens)
         shared = (
@@ -450,6 +468,7 @@ class ViT(VisionTransformer):
             attn_drop_rate=attn_dropout,
             drop_path_rate=drop_path,
             block_fn=block_fn,
+            **timm_embed_layer,
         )
         stem_kind = pos_embed if pos_placement == "stem" and pos_embed in ("learned_2d", "sincos_2d") else None
         self.pos_stem = build_absolute(kind=stem_kind, **absolute) if stem_kind else None

@@ -1,0 +1,210 @@
+"""models/hybrid.py: ResNet stem + ViT (timm's HybridEmbed), the paper's two constructions."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+import torch
+from timm.layers import HybridEmbed
+from timm.models.vision_transformer import VisionTransformer
+from timm.models.vision_transformer_hybrid import _resnetv2
+
+from models.hybrid import CONSTRUCTIONS, HYBRIDS, HybridViT, create_hybrid, stage_layers
+from models.resnet import Bottleneck
+from models.vit import explicit_attention
+
+TINY = dict(img_size=16, in_chans=1, num_classes=4, backbone_layers=(1, 1, 1), backbone_channels=(16, 32, 48),
+            stem_chs=8, embed_dim=16, depth=2, num_heads=2, mlp_ratio=2.0)  # fmt: skip
+
+
+def tiny(seed: int = 0, **overrides) -> HybridViT:
+    torch.manual_seed(seed)
+    return HybridViT(**{**TINY, **overrides})
+
+
+def images(n: int = 2, size: int = 16, chans: int = 1, seed: int = 1) -> torch.Tensor:
+    return torch.randn(n, chans, size, size, generator=torch.Generator().manual_seed(seed))
+
+
+def shapes(model) -> list[tuple[str, tuple[int, ...]]]:
+    return [(k, tuple(v.shape)) for k, v in model.state_dict().items()]
+
+
+# ------------------------------------------------------------------------------ the paper's models
+
+
+def test_r50_vit_b16_is_timms_by_name_names_shapes_and_count():
+    """Built on the meta device (no memory, no forward): the structure is what is compared."""
+    import timm
+
+    with torch.device("meta"):
+        ours = create_hybrid("r50_vit_b16")
+        theirs = timm.create_model("vit_base_r50_s16_224", num_classes=1000)
+    assert shapes(ours) == shapes(theirs)
+    n = sum(p.numel() for p in ours.parameters())
+    assert n == sum(p.numel() for p in theirs.parameters()) == 98_659_112
+    # timm's default 224 model (its in21k config) has no head: the 97,890,112 often quoted
+    assert n - (768 * 1000 + 1000) == 97_890_112
+    assert ours.backbone.layers == (3, 4, 9) and ours.stride == 16 and ours.grid_size == (14, 14)
+    with torch.device("meta"):
+        at384 = create_hybrid("r50_vit_b16", img_size=384)
+    assert sum(p.numel() for p in at384.parameters()) == 98_950_952 and at384.grid_size == (24, 24)
+
+
+def test_r50_vit_l32_is_timms_and_b32_takes_the_stage4_output():
+    import timm
+
+    with torch.device("meta"):
+        large = create_hybrid("r50_vit_l32")
+        theirs = timm.create_model("vit_large_r50_s32_224", num_classes=1000)
+        b32 = create_hybrid("r50_vit_b32")
+    assert shapes(large) == shapes(theirs)
+    assert b32.backbone.layers == (3, 4, 6, 3) and b32.stride == 32 and b32.grid_size == (7, 7)
+    assert set(HYBRIDS) >= {"r50_vit_b16", "r50_vit_b32", "r50_vit_l16"}
+    with pytest.raises(ValueError, match=r"unknown hybrid 'r50_vit_h14': use one of \['r50_vit_b16'"):
+        create_hybrid("r50_vit_h14")
+
+
+def test_same_outputs_as_timms_hybrid_with_the_same_weights():
+    """A small timm hybrid (ResNetV2 stem, SAME padding, non-pre-activation bottlenecks,
+    HybridEmbed, VisionTransformer) computes the same function once given our weights."""
+    torch.manual_seed(0)
+    ours = HybridViT(img_size=32, in_chans=3, num_classes=5, backbone_layers=(1, 1, 1), backbone_channels=None,
+                     stem="imagenet", stem_chs=64, padding="same", construction="extend_previous",
+                     embed_dim=32, depth=2, num_heads=2).eval()  # fmt: skip
+    backbone = _resnetv2((1, 2))  # timm's helper: (1, 1, 1) with stage 3 folded into stage 2
+    theirs = VisionTransformer(img_size=32, patch_size=1, num_classes=5, embed_dim=32, depth=2, num_heads=2,
+                               embed_layer=partial(HybridEmbed, backbone=backbone)).eval()  # fmt: skip
+    assert shapes(ours) == shapes(theirs)
+    theirs.load_state_dict(ours.state_dict())
+    x = images(size=32, chans=3)
+    torch.testing.assert_close(ours(x), theirs(x), rtol=1e-4, atol=1e-5)
+
+
+def test_zero_init_last_as_timms_hybrid():
+    model = tiny()
+    norms = [m.norm3.weight for m in model.modules() if isinstance(m, Bottleneck)]
+    assert len(norms) == 3 and all((w == 0).all() for w in norms)
+
+
+# ------------------------------------------------------------------------------ constructions and grids
+
+
+@pytest.mark.parametrize(
+    "stem,layers,size",
+    [("small", (1, 1, 1), 28), ("small", (1, 1, 1), 32), ("small", (2, 1), 16), ("imagenet", (1, 1, 1), 64)],
+)
+@pytest.mark.parametrize("construction", CONSTRUCTIONS)
+def test_token_grid_matches_the_cnn_output_stride(stem, layers, size, construction):
+    model = tiny(img_size=size, stem=stem, backbone_layers=layers, backbone_channels=(16, 32, 48)[: len(layers)],
+                 construction=construction)  # fmt: skip
+    built = stage_layers(layers, construction)
+    assert model.backbone.layers == built
+    assert built == (layers if construction == "last_stage" else layers[:-2] + (layers[-2] + layers[-1],))
+    stem_stride = 4 if stem == "imagenet" else 1
+    assert model.cnn_stride == model.backbone.stride == stem_stride * 2 ** (len(built) - 1)
+    x = images(size=size)
+    fmap = model.backbone(x)
+    side = size // model.stride
+    assert tuple(fmap.shape[-2:]) == model.grid_size == (side, side)
+    assert model.stride == size // model.grid_size[0]  # the grid-to-pixel factor analysis uses
+    assert model.patch_embed.feat_ratio() == model.stride
+    tokens = model.forward_features(x)
+    assert tuple(tokens.shape) == (2, side * side + 1, 16)
+
+
+def test_extending_stage3_gives_a_4x_longer_sequence():
+    last = tiny(img_size=32, construction="last_stage")
+    extended = tiny(img_size=32, construction="extend_previous")
+    assert extended.stride * 2 == last.stride
+    assert extended.patch_embed.num_patches == 4 * last.patch_embed.num_patches
+    assert sum(extended.backbone.layers) == sum(last.backbone.layers)  # the blocks are kept, not dropped
+
+
+def test_patch_size_groups_feature_map_pixels():
+    model = tiny(img_size=32, patch_size=2)
+    assert model.cnn_stride == 4 and model.stride == 8 and model.grid_size == (4, 4)
+
+
+# ------------------------------------------------------------------------------ every ViT axis
+
+
+@pytest.mark.parametrize(
+    "vit",
+    [
+        dict(),
+        dict(pool="gap", pos_embed="learned_2d"),
+        dict(pos_embed="sincos_2d", pos_placement="every_layer"),
+        dict(pos_embed="learned_1d", pos_placement="every_layer_shared"),
+        dict(pos_embed="relative"),
+        dict(pos_embed="relative_2d", pool="gap"),
+        dict(pos_embed="none", attention="additive"),
+    ],
+    ids=lambda d: "-".join(f"{v}" for v in d.values()) or "default",
+)
+def test_every_parameter_gets_a_gradient(vit):
+    model = tiny(zero_init_last=False, **vit)
+    model(images()).logsumexp(dim=1).sum().backward()
+    missing = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+    assert not missing
+
+
+def test_with_zero_init_every_parameter_trains_after_a_step():
+    model = tiny()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        model(images()).logsumexp(dim=1).sum().backward()
+        opt.step()
+    assert all(p.grad.abs().sum() > 0 for p in model.parameters())
+
+
+def test_explicit_attention_and_position_tables_use_the_feature_grid():
+    model = tiny(img_size=28, pos_embed="learned_2d").eval()
+    assert model.grid_size == (7, 7)
+    assert tuple(model.absolute_pos_embed().shape) == (1, 50, 16)
+    with explicit_attention(model) as weights:
+        logits = model(images(size=28))
+    assert tuple(weights[0].shape) == (2, 2, 50, 50)
+    torch.testing.assert_close(logits, model(images(size=28)), rtol=1e-4, atol=1e-5)
+    assert any(name.startswith("pos_stem") for name in model.no_weight_decay())
+
+
+def test_classifier_module_and_flops():
+    from lightning_modules.image_classifier import ImageClassifier
+    from lightning_modules.model_stats import count_flops
+
+    model = tiny(img_size=28)
+    module = ImageClassifier(model)
+    assert module.num_classes == 4 and model.input_shape == (1, 28, 28)
+    assert count_flops(model, torch.zeros(1, 1, 28, 28)) > 0
+
+
+# ------------------------------------------------------------------------------ validation
+
+
+@pytest.mark.parametrize(
+    "overrides,match",
+    [
+        (dict(construction="stage5"), r"construction='stage5' is not one of \['last_stage', 'extend_previous'\]"),
+        (dict(backbone_layers=(2,), backbone_channels=(16,), construction="extend_previous"),
+         r"needs at least 2 stages, got backbone_layers=\[2\]"),
+        (dict(img_size=18), r"img_size=18 is not a multiple of the token stride 4 .* image sizes that work: \[4, 8, 12, 16\]"),
+        (dict(img_size=16, patch_size=3), r"patch_size=3 does not divide img_size=16"),
+        (dict(backbone_channels=(16, 32)), r"channels=\[16, 32\] must give one width per stage"),
+        (dict(stem="tiny"), r"stem='tiny' is not one of \['imagenet', 'small'\]"),
+        (dict(block="preact_bottleneck"), r"zero_init_last=True needs block='bottleneck'"),
+        (dict(pos_embed="rotary"), r"pos_embed='rotary' is not one of"),
+        (dict(pool="max"), r"pool='max' is not one of \['cls', 'gap'\]"),
+    ],
+)
+def test_bad_config_fails_before_building(overrides, match, monkeypatch):
+    import models.hybrid
+
+    def never(**_):
+        raise AssertionError("the CNN was built before the config was validated")
+
+    monkeypatch.setattr(models.hybrid, "ResNet", never)
+    with pytest.raises(ValueError, match=match):
+        tiny(**overrides)
