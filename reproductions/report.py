@@ -7,15 +7,18 @@ other finished ``seed<k>`` found there), and writes, atomically, into that direc
 
 - ``report.md``: how the runs were made (sweep, profile, command, base config, data, code
   version), the paper's reference and claims, the table (variant, our metric mean ± sample
-  std over n seeds, the paper's value per reference column, parameters, GFLOPs per image,
-  total training FLOPs, training images/s, training time per run), the numbers the claims
-  are about, the figure, and every planned run that is missing or failed (never dropped
-  silently: a variant without results stays in the table with n = 0);
+  std over n seeds, the sweep file's extra metric ``columns``, the paper's value per
+  reference column, parameters, GFLOPs per image, total training FLOPs, training images/s,
+  training time per run), the numbers the claims are about, the figure, and every planned
+  run that is missing or failed (never dropped silently: a variant without results stays in
+  the table with n = 0);
 - ``<axis>.png``: the sweep file's ``report.plot``:
     ``accuracy_vs_flops``  accuracy against GFLOPs per image and against total training FLOPs
                            (patch size);
     ``bars``               one bar per variant with ± std error bars (position; with
-                           ``speed: true`` a second panel of training images/s: attention);
+                           ``speed: true`` a second panel of training images/s: attention;
+                           ``panels: [test/gauc, ...]`` a panel per further metric column;
+                           a dashed line at a column's ceiling when the data records one);
     ``grouped_bars``       bars grouped by ``report.x`` (e.g. the learning rate), one colour per
                            ``report.hue`` (e.g. cls/gap): pooling.
 
@@ -23,7 +26,19 @@ The sweep file's ``report.check`` picks the claim summary: ``halving`` (compute 
 accuracy gain per step of ``report.param``, e.g. patch size), ``baseline`` (gap between
 ``report.baseline`` and the others, and their spread), ``best_per_group`` (best ``report.x``
 per ``report.hue`` and the gap at the best and at a shared value), ``speed`` (accuracy and
-throughput against ``report.baseline``).
+throughput against ``report.baseline``), ``ordering`` (our ranking against the claimed
+orders ``report.orders``, chains of variant names best first, or ``{label, order}`` to say
+whose claim it is, pair by pair with standard errors; with ``report.order_reference`` the pairs
+ordered as that paper column orders them; the distance of each variant to the ceiling).
+
+More report options (``report:`` in the sweep file): ``unit`` (what one input is called in the
+compute columns, default ``image``: ``GFLOPs/image``, ``train images/s``); ``flops: si`` (FLOPs
+per input as 1.2M rather than in GFLOPs, for small nets); ``relaimpr:
+{baseline: WDL}`` adds a RelaImpr column against that variant, from the main metric's means
+(RelaImpr = ((AUC - 0.5) / (AUC_base - 0.5) - 1) x 100%, as DIN and BST report it). A metric
+with a ``ceiling`` (a results.json path such as ``data.ceiling.test_auc``; the synthetic CTR
+data records the AUC of its own true click probabilities) adds a "to ceiling" column for the
+main metric and a ceiling row.
 
 With ``--wandb`` the same table and figure go to W&B as a ``report`` run in the sweep's group
 (offline unless a key is configured, the rule of ``reproductions.cli.wandb_offline``).
@@ -46,6 +61,7 @@ from reproductions.results import atomic_write_text, read_results
 from reproductions.sweep import (
     DEFAULT_PROFILE,
     LOG_FILE,
+    Metric,
     Plan,
     Reference,
     SweepError,
@@ -57,7 +73,7 @@ from reproductions.sweep import (
 
 REPORT_FILE = "report.md"
 PLOTS = ("bars", "grouped_bars", "accuracy_vs_flops")
-CHECKS = ("halving", "baseline", "best_per_group", "speed")
+CHECKS = ("halving", "baseline", "best_per_group", "speed", "ordering")
 
 
 # --------------------------------------------------------------------------- collecting
@@ -108,8 +124,15 @@ class VariantResults:
 
     def metric(self, plan: Plan) -> Stat:
         """The sweep's metric in display units (e.g. accuracy in percent)."""
-        m = plan.sweep.metric
+        return self.column(plan.sweep.metric)
+
+    def column(self, m: Metric) -> Stat:
+        """A metric column in display units (value x ``m.scale``)."""
         return mean_std([v * m.scale for v in self.values_of_metric(m.key)])
+
+    def ceiling(self, m: Metric) -> Stat:
+        """The data's ceiling for ``m`` (display units) as the results record it; n = 0 if none."""
+        return mean_std([v * m.scale for v in self.values(m.ceiling)]) if m.ceiling else Stat(None, None, 0)
 
     def values_of_metric(self, key: str) -> list[float]:
         return [float(r["test"][key]) for r in self.results if isinstance((r.get("test") or {}).get(key), (int, float))]
@@ -183,12 +206,18 @@ def fmt_seconds(seconds: float | None) -> str:
     return f"{minutes // 60} h {minutes % 60:02d} min"
 
 
-def fmt_paper(ref: Reference, variant: Variant) -> str:
+def paper_value(ref: Reference, value: float, metric: Metric = Metric()) -> float:
+    """A paper value in the metric's display units: a ``fraction`` (0.7894) times the metric's
+    scale, a ``percent`` (78.94) times scale / 100 (so percent metrics show 78.94 both ways, and
+    a metric shown as a fraction shows 0.7894)."""
+    return value * (metric.scale if ref.scale == "fraction" else metric.scale / 100)
+
+
+def fmt_paper(ref: Reference, variant: Variant, metric: Metric = Metric()) -> str:
     pv = variant.paper.get(ref.key)
     if pv is None:
         return "–"
-    value = pv.value * 100 if ref.scale == "fraction" else pv.value
-    text = f"{value:.2f}"
+    text = f"{paper_value(ref, pv.value, metric):.{metric.digits}f}"
     return text + " (unverified)" if (pv.unverified or ref.unverified) else text
 
 
@@ -196,25 +225,88 @@ def _md_cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def _unit(plan: Plan) -> str:
+    return str(plan.sweep.report.get("unit", "image"))
+
+
+def relaimpr_spec(plan: Plan) -> dict | None:
+    """``report.relaimpr`` ({baseline: <variant>}) checked against the sweep's variants, or None."""
+    spec = plan.sweep.report.get("relaimpr")
+    if spec is None:
+        return None
+    if not isinstance(spec, dict) or "baseline" not in spec:
+        raise SweepError(f"{plan.sweep.path}: report.relaimpr must be {{baseline: <variant name>}}, got {spec!r}")
+    if spec["baseline"] not in {v.name for v in plan.variants}:
+        raise SweepError(
+            f"{plan.sweep.path}: report.relaimpr.baseline={spec['baseline']!r} is not a variant of profile "
+            f"{plan.profile.name!r}: {[v.name for v in plan.variants]}"
+        )
+    return spec
+
+
+def relaimpr(value: float | None, base: float | None) -> float | None:
+    """RelaImpr in percent of a raw metric mean against the baseline's (None when undefined)."""
+    if value is None or base is None or base <= 0.5:
+        return None
+    from lightning_modules.ctr import rela_impr
+
+    return rela_impr(value, base)
+
+
+def ceiling_value(collected: list[VariantResults], m: Metric) -> Stat:
+    """The ceiling of metric ``m`` over every finished run (one data set: one value)."""
+    return mean_std([v * m.scale for vr in collected for v in (vr.values(m.ceiling) if m.ceiling else [])])
+
+
 def table(plan: Plan, collected: list[VariantResults]) -> tuple[list[str], list[list[str]]]:
-    """The report table: header and rows (strings), one row per planned variant."""
+    """The report table: header and rows (strings), one row per planned variant, and a last
+    ceiling row when the main metric has a ceiling that the results record."""
     sweep = plan.sweep
-    header = ["variant", f"ours: {sweep.metric.label}, mean ± std", "n"]
+    m, columns, unit = sweep.metric, sweep.columns, _unit(plan)
+    rel = relaimpr_spec(plan)
+    header = ["variant", f"ours: {m.label}, mean ± std", "n"]
+    header += [f"{c.label}, mean ± std" for c in columns]
+    if rel:
+        header.append(f"RelaImpr vs {rel['baseline']} (%)")
+    if m.ceiling:
+        header.append(f"to ceiling ({m.label})")
     header += [ref.label for ref in sweep.references]
-    header += ["params", "GFLOPs/image", "training FLOPs", "train images/s", "time/run"]
+    si_flops = plan.sweep.report.get("flops") == "si"
+    header += ["params", f"{'FLOPs' if si_flops else 'GFLOPs'}/{unit}", "training FLOPs", f"train {unit}s/s", "time/run"]
+    by = _by_name(collected)
+    base_raw = mean_std(by[rel["baseline"]].values_of_metric(m.key)).mean if rel else None
+    ceiling = ceiling_value(collected, m)
     rows = []
     for vr in collected:
         flops = vr.stat("model.flops_per_sample").mean
-        row = [vr.variant.name, fmt_stat(vr.metric(plan)), str(len(vr.values_of_metric(sweep.metric.key)))]
-        row += [fmt_paper(ref, vr.variant) for ref in sweep.references]
+        stat = vr.metric(plan)
+        row = [vr.variant.name, fmt_stat(stat, m.digits), str(len(vr.values_of_metric(m.key)))]
+        row += [fmt_stat(vr.column(c), c.digits) for c in columns]
+        if rel:
+            ri = relaimpr(mean_std(vr.values_of_metric(m.key)).mean, base_raw)
+            row.append("–" if ri is None else f"{ri:+.2f}")
+        if m.ceiling:
+            gap = None if ceiling.mean is None or stat.mean is None else ceiling.mean - stat.mean
+            row.append("–" if gap is None else f"{gap:.{m.digits}f}")
+        row += [fmt_paper(ref, vr.variant, m) for ref in sweep.references]
         params = vr.stat("model.params").mean
         row += [
             fmt_si(params),
-            "–" if flops is None else f"{flops / 1e9:.3g}",
+            "–" if flops is None else (fmt_si(flops) if si_flops else f"{flops / 1e9:.3g}"),
             fmt_si(vr.stat("training.total_train_flops").mean, "FLOP"),
             fmt_stat(vr.stat("training.samples_per_sec"), 0),
             fmt_seconds(vr.stat("training.fit_time_s").mean),
         ]
+        rows.append(row)
+    if ceiling.mean is not None:
+        row = [str(sweep.report.get("ceiling_label", "ceiling")), f"{ceiling.mean:.{m.digits}f}", "–"]
+        row += ["–" if c.ceiling is None else fmt_stat(Stat(ceiling_value(collected, c).mean, None, 1), c.digits)
+                for c in columns]  # fmt: skip
+        if rel:
+            ri = relaimpr(ceiling.mean / m.scale, base_raw)
+            row.append("–" if ri is None else f"{ri:+.2f}")
+        row.append(f"{0.0:.{m.digits}f}")
+        row += ["–"] * (len(header) - len(row))
         rows.append(row)
     return header, rows
 
@@ -240,20 +332,28 @@ def _by_name(collected: list[VariantResults]) -> dict[str, VariantResults]:
     return {vr.variant.name: vr for vr in collected}
 
 
-def _pm(stat: Stat) -> str:
-    return fmt_stat(stat) if stat.mean is not None else "no result"
+def _pm(stat: Stat, m: Metric = Metric()) -> str:
+    return fmt_stat(stat, m.digits) if stat.mean is not None else "no result"
 
 
-def _delta(a: Stat, b: Stat) -> str:
-    """b - a in points, with the combined standard error when both have n >= 2."""
+def _std_error(a: Stat, b: Stat) -> float | None:
+    """Standard error of b.mean - a.mean (independent runs) when both have n >= 2."""
+    if a.std is None or b.std is None:
+        return None
+    return math.sqrt(a.std**2 / a.n + b.std**2 / b.n)
+
+
+def _delta(a: Stat, b: Stat, m: Metric = Metric()) -> str:
+    """b - a in the metric's unit (points), with the combined standard error when both have n >= 2."""
     if a.mean is None or b.mean is None:
         return "n/a"
     d = b.mean - a.mean
-    d = 0.0 if abs(d) < 0.005 else d  # no "-0.00"
-    if a.std is not None and b.std is not None:
-        se = math.sqrt(a.std**2 / a.n + b.std**2 / b.n)
-        return f"{d:+.2f} points (± {se:.2f} s.e.)"
-    return f"{d:+.2f} points"
+    d = 0.0 if abs(d) < 0.5 * 10**-m.digits else d  # no "-0.00"
+    unit = f" {m.unit}" if m.unit else ""
+    se = _std_error(a, b)
+    if se is not None:
+        return f"{d:+.{m.digits}f}{unit} (± {se:.{m.digits}f} s.e.)"
+    return f"{d:+.{m.digits}f}{unit}"
 
 
 def check_halving(plan: Plan, collected: list[VariantResults]) -> list[str]:
@@ -279,6 +379,7 @@ def check_baseline(plan: Plan, collected: list[VariantResults]) -> list[str]:
     by = _by_name(collected)
     if base_name not in by:
         return [f"(no baseline variant {base_name!r} in this sweep)"]
+    m = plan.sweep.metric
     base = by[base_name].metric(plan)
     others = [(vr.variant.name, vr.metric(plan)) for vr in collected if vr.variant.name != base_name]
     others = [(n, s) for n, s in others if s.mean is not None]
@@ -286,10 +387,12 @@ def check_baseline(plan: Plan, collected: list[VariantResults]) -> list[str]:
         return ["not enough results yet"]
     best = max(others, key=lambda x: x[1].mean)
     worst = min(others, key=lambda x: x[1].mean)
+    unit = f" {m.unit}" if m.unit else ""
     return [
-        f"{base_name}: {_pm(base)}; best other, {best[0]}: {_pm(best[1])}: gap {_delta(base, best[1])}; "
-        f"worst other, {worst[0]}: {_pm(worst[1])}: gap {_delta(base, worst[1])}",
-        f"spread among the {len(others)} other variants (best - worst mean): {best[1].mean - worst[1].mean:.2f} points",
+        f"{base_name}: {_pm(base, m)}; best other, {best[0]}: {_pm(best[1], m)}: gap {_delta(base, best[1], m)}; "
+        f"worst other, {worst[0]}: {_pm(worst[1], m)}: gap {_delta(base, worst[1], m)}",
+        f"spread among the {len(others)} other variants (best - worst mean): "
+        f"{best[1].mean - worst[1].mean:.{m.digits}f}{unit}",
     ]
 
 
@@ -335,9 +438,67 @@ def check_speed(plan: Plan, collected: list[VariantResults]) -> list[str]:
         speed_b, speed_v = base.stat("training.samples_per_sec"), vr.stat("training.samples_per_sec")
         ratio = f"x{speed_b.mean / speed_v.mean:.2f}" if speed_b.mean and speed_v.mean else "n/a"
         lines.append(
-            f"{vr.variant.name} vs {base_name}: accuracy {_delta(base.metric(plan), vr.metric(plan))}; "
-            f"{base_name} trains {ratio} as many images/s ({fmt_stat(speed_b, 0)} vs {fmt_stat(speed_v, 0)})"
+            f"{vr.variant.name} vs {base_name}: accuracy {_delta(base.metric(plan), vr.metric(plan), plan.sweep.metric)}; "
+            f"{base_name} trains {ratio} as many {_unit(plan)}s/s ({fmt_stat(speed_b, 0)} vs {fmt_stat(speed_v, 0)})"
         )
+    return lines
+
+
+def _chains(plan: Plan) -> list[tuple[str, list[str]]]:
+    """The claimed orders to check: ``report.orders`` (chains of variant names, best first) and,
+    with ``report.order_reference``, the order of that paper column's values."""
+    rep, sweep = plan.sweep.report, plan.sweep
+    names = {v.name for v in plan.variants}
+    chains = []
+    for i, item in enumerate(rep.get("orders") or []):
+        label, chain = ("claimed", item) if not isinstance(item, dict) else (str(item.get("label", "claimed")), item.get("order"))
+        if not isinstance(chain, list) or len(chain) < 2 or any(c not in names for c in chain):
+            raise SweepError(
+                f"{sweep.path}: report.orders[{i}]={item!r} must list at least two variant names of profile "
+                f"{plan.profile.name!r} (best first), or be {{label, order: [...]}}: {sorted(names)}"
+            )
+        chains.append((label, [str(c) for c in chain]))
+    ref = rep.get("order_reference")
+    if ref is not None:
+        if ref not in {r.key for r in sweep.references}:
+            raise SweepError(f"{sweep.path}: report.order_reference={ref!r} is not a reference column")
+        valued = [(v.paper[ref].value, v.name) for v in plan.variants if ref in v.paper]
+        chains.append((f"by the {ref} column", [n for _, n in sorted(valued, reverse=True)]))
+    return chains
+
+
+def check_ordering(plan: Plan, collected: list[VariantResults]) -> list[str]:
+    """Our ranking against the claimed orders, pair by pair, and each variant's distance to the ceiling."""
+    m = plan.sweep.metric
+    by = _by_name(collected)
+    done = sorted(((vr.metric(plan), vr.variant.name) for vr in collected if vr.metric(plan).mean is not None),
+                  key=lambda x: -x[0].mean)  # fmt: skip
+    if not done:
+        return ["not enough results yet"]
+    lines = ["our order (mean " + m.label + "): " + " > ".join(f"{n} ({s.mean:.{m.digits}f})" for s, n in done)]
+    for source, chain in _chains(plan):
+        stats = [by[n].metric(plan) for n in chain]
+        pairs, agree = 0, 0
+        for i in range(len(chain)):
+            for j in range(i + 1, len(chain)):
+                if stats[i].mean is not None and stats[j].mean is not None:
+                    pairs += 1
+                    agree += stats[i].mean > stats[j].mean
+        lines.append(f"{source}: {' > '.join(chain)}: {agree} of {pairs} pairs in that order here")
+        for (a, sa), (b, sb) in zip(zip(chain, stats), zip(chain[1:], stats[1:])):
+            if sa.mean is None or sb.mean is None:
+                lines.append(f"  {a} > {b}? no result")
+                continue
+            se = _std_error(sb, sa)
+            d = sa.mean - sb.mean
+            verdict = "yes" if d > 0 else "no"
+            if se is not None and abs(d) < 2 * se:
+                verdict += ", within 2 s.e."
+            lines.append(f"  {a} > {b}? {verdict}: {a} - {b} = {_delta(sb, sa, m)}")
+    ceiling = ceiling_value(collected, m)
+    if ceiling.mean is not None:
+        gaps = ", ".join(f"{n} {ceiling.mean - s.mean:.{m.digits}f}" for s, n in done)
+        lines.append(f"ceiling {ceiling.mean:.{m.digits}f} ({m.label} of the true probabilities); distance to it: {gaps}")
     return lines
 
 
@@ -346,6 +507,7 @@ _CHECKERS = {
     "baseline": check_baseline,
     "best_per_group": check_best_per_group,
     "speed": check_speed,
+    "ordering": check_ordering,
 }
 
 
@@ -443,20 +605,33 @@ def figure(plan: Plan, collected: list[VariantResults], path: Path) -> Path | No
 
     else:  # bars
         speed = bool(rep.get("speed"))
-        ncols = 2 if speed else 1
+        by_key = {c.key: c for c in [plan.sweep.metric, *plan.sweep.columns]}
+        extra = [by_key[k] for k in rep.get("panels") or [] if k in by_key and k != plan.sweep.metric.key]
+        unknown = [k for k in rep.get("panels") or [] if k not in by_key]
+        if unknown:
+            raise SweepError(f"{plan.sweep.path}: report.panels {unknown} are not metric columns: {list(by_key)}")
+        ncols = 1 + len(extra) + int(speed)
         fig, axes = plt.subplots(1, ncols, figsize=(6 * ncols, max(3, 0.45 * len(collected) + 1.5)), squeeze=False)
         names = [vr.variant.name for vr in collected][::-1]
-        panels = [(axes[0][0], lambda vr: vr.metric(plan), label)]
+        panels = [(axes[0][0], lambda vr: vr.metric(plan), label, plan.sweep.metric)]
+        for i, col in enumerate(extra, 1):
+            panels.append((axes[0][i], lambda vr, col=col: vr.column(col), col.label, col))
         if speed:
-            panels.append((axes[0][1], lambda vr: vr.stat("training.samples_per_sec"), "training images/s"))
-        for ax, get, xlabel in panels:
+            panels.append((axes[0][-1], lambda vr: vr.stat("training.samples_per_sec"), f"training {_unit(plan)}s/s", None))
+        for ax, get, xlabel, col in panels:
             stats = [get(vr) for vr in collected][::-1]
             means = [s.mean if s.mean is not None else 0.0 for s in stats]
             ax.barh(names, means, xerr=[s.std or 0 for s in stats], capsize=4, color="tab:blue")
-            _bar_limits(
-                ax, [s.mean - (s.std or 0) for s in stats if s.mean is not None],
-                [s.mean + (s.std or 0) for s in stats if s.mean is not None], horizontal=True,
-            )  # fmt: skip
+            ceiling = ceiling_value(collected, col) if col is not None else Stat(None, None, 0)
+            lows = [s.mean - (s.std or 0) for s in stats if s.mean is not None]
+            highs = [s.mean + (s.std or 0) for s in stats if s.mean is not None]
+            if ceiling.mean is not None:
+                ax.axvline(ceiling.mean, color="tab:red", linestyle="--", linewidth=1.2,
+                           label=f"ceiling {ceiling.mean:.{col.digits}f}")  # fmt: skip
+                ax.legend(loc="lower right", fontsize=8)
+                lows.append(ceiling.mean)
+                highs.append(ceiling.mean)
+            _bar_limits(ax, lows, highs, horizontal=True)
             for i, s in enumerate(stats):
                 if s.mean is None:
                     ax.text(ax.get_xlim()[0], i, "  no result", va="center", fontsize=8, color="tab:red")
@@ -483,6 +658,7 @@ class Report:
     rows: list[list[str]]
     missing: list[str]
     markdown: str
+    claims: list[str] = field(default_factory=list)  # the report.check summary lines
 
 
 def _first(collected: list[VariantResults]) -> dict | None:
@@ -505,23 +681,26 @@ def build_report(plan: Plan, collected: list[VariantResults], figures: list[Path
     lines = [f"# {sweep.title}", ""]
     if sweep.description:
         lines += [sweep.description.strip(), ""]
+    own = [(v.name, v.base) for v in plan.variants if v.base]
+    metrics = ", ".join(f"`{c.key}` ({c.label})" for c in [sweep.metric, *sweep.columns])
     lines += [
         f"- Sweep `{sweep.id}` (`{_rel(sweep.path)}`), profile `{prof.name}`"
         + (f" ({prof.description.strip()})" if prof.description else "")
         + f", experiment `{plan.experiment}`",
         f"- Made by: `{plan.sweep_command()}`; this report: `{plan.sweep_command('report')}`",
-        f"- Base config: `{_rel(plan.base)}`; sweep overrides: {_overrides_text(sweep.overrides)}; "
+        f"- Base config: `{_rel(plan.base)}`"
+        + (f" (variants with their own: {', '.join(f'{n} `{b}`' for n, b in own)})" if own else "")
+        + f"; sweep overrides: {_overrides_text(sweep.overrides)}; "
         f"profile overrides: {_overrides_text(prof.overrides)}",
         f"- Seeds planned: {', '.join(map(str, plan.seeds))}; {n_done} finished runs over {len(collected)} variants; "
-        f"metric `{sweep.metric.key}` ({sweep.metric.label}), mean ± sample std (n - 1) over the n seeds",
+        f"{'metric' if not sweep.columns else 'metrics'} {metrics}, mean ± sample std (n - 1) over the n seeds",
     ]
     if first is not None:
         data = first.get("data") or {}
         tr = first.get("training") or {}
         git = first.get("git") or {}
         lines.append(
-            f"- Data: `{data.get('source', '?')}` (train {data.get('train_size', '?')}, val {data.get('val_size', '?')}, "
-            f"test {data.get('test_size', '?')} images, input {data.get('input_shape', '?')}); "
+            f"- Data: {_data_text(data)}; "
             f"{tr.get('epochs', '?')} epochs, {tr.get('steps', '?')} steps of batch {tr.get('global_batch_size', '?')}; "
             f"{tr.get('devices', '?')} device(s), precision {tr.get('precision', '?')}, host `{first.get('host', '?')}`; "
             f"test weights: {first.get('test_ckpt', '?')}"
@@ -535,18 +714,25 @@ def build_report(plan: Plan, collected: list[VariantResults], figures: list[Path
         lines += ["## The paper", ""]
         for ref in sweep.references:
             mark = " (unverified)" if ref.unverified else ""
-            scale = "fractions in the paper, shown as percent" if ref.scale == "fraction" else "percent"
+            if sweep.metric.scale == 100:
+                scale = "fractions in the paper, shown as percent" if ref.scale == "fraction" else "percent"
+            elif sweep.metric.scale == 1:
+                scale = "fractions, as the paper prints them" if ref.scale == "fraction" else "percent in the paper, shown as fractions"
+            else:
+                scale = f"shown in our metric's units (x {sweep.metric.scale:g} of a fraction)"
             lines.append(f"- **{ref.label}**{mark} ({scale})" + (f": {ref.note.strip()}" if ref.note else ""))
         for claim in sweep.claims:
             lines.append(f"- Claim: {claim.strip()}")
         lines.append("")
     lines += ["## Results", "", markdown_table(header, rows), ""]
     check = sweep.report.get("check")
+    claims: list[str] = []
     if check:
         if check not in _CHECKERS:
             raise SweepError(f"{sweep.path}: report.check={check!r} is not one of {list(_CHECKERS)}")
+        claims = _CHECKERS[check](plan, collected)
         lines += ["## Our numbers on the claim", ""]
-        lines += [f"- {line}" for line in _CHECKERS[check](plan, collected)]
+        lines += [f"- {line}" if not line.startswith("  ") else f"  - {line.strip()}" for line in claims]
         lines.append("")
     if figures:
         lines += ["## Figures", ""]
@@ -556,7 +742,31 @@ def build_report(plan: Plan, collected: list[VariantResults], figures: list[Path
     lines += [f"- {m}" for m in missing] if missing else ["None: every planned run finished."]
     lines.append("")
     text = "\n".join(lines)
-    return Report(plan.experiment_dir / REPORT_FILE, figures, header, rows, missing, text)
+    return Report(plan.experiment_dir / REPORT_FILE, figures, header, rows, missing, text, claims)
+
+
+def _data_text(data: dict) -> str:
+    """One line about the data from results.json's ``data`` (images: sizes and input shape;
+    behaviour data: samples per split, users, sequence length and the ceiling)."""
+    source = f"`{data.get('source', '?')}`"
+    if isinstance(data.get("splits"), dict):
+        splits = data["splits"]
+        names = [k for k in ("train", "val", "test") if k in splits] + [k for k in splits if k not in ("train", "val", "test")]
+        sizes = ", ".join(f"{k} {(splits[k] or {}).get('samples', '?')}" for k in names)
+        text = f"{source} ({sizes} samples"
+        if data.get("seq_len") is not None:
+            text += f", sequence length {data['seq_len']}"
+        sizes = data.get("feature_sizes") or {}
+        if sizes:
+            text += ", " + ", ".join(f"{k} {sizes[k]}" for k in ("n_users", "n_items", "n_categories") if k in sizes)
+        ceiling = data.get("ceiling") or {}
+        if ceiling.get("test_auc") is not None:
+            text += f"; ceiling test AUC {ceiling['test_auc']:.4f}, GAUC {ceiling.get('test_gauc', float('nan')):.4f}"
+        return text + ")"
+    return (
+        f"{source} (train {data.get('train_size', '?')}, val {data.get('val_size', '?')}, "
+        f"test {data.get('test_size', '?')} images, input {data.get('input_shape', '?')})"
+    )
 
 
 def _rel(path: Path) -> str:
@@ -582,6 +792,7 @@ def log_to_wandb(plan: Plan, report: Report, project: str = "attention-repro") -
         tags=list(dict.fromkeys([plan.sweep.axis, plan.profile.name, plan.sweep.id])),
         dir=str(plan.experiment_dir),
         mode="offline" if wandb_offline() else "online",
+        reinit="finish_previous",  # never hand back a run left open in this process
         config={"sweep": plan.sweep.id, "profile": plan.profile.name, "seeds": plan.seeds},
     )
     try:
@@ -595,27 +806,32 @@ def log_to_wandb(plan: Plan, report: Report, project: str = "attention-repro") -
         run.finish()
 
 
+def render(plan: Plan, figure_dir: str | os.PathLike | None = None) -> Report:
+    """Collect the results, draw the figure (into ``figure_dir``, default the experiment's
+    directory) and build the report, writing no report.md (the notebook's entry point)."""
+    collected = collect(plan)
+    figures = []
+    fig_dir = Path(figure_dir) if figure_dir is not None else plan.experiment_dir
+    fig = figure(plan, collected, fig_dir / f"{plan.sweep.axis}.png")
+    if fig is not None:
+        figures.append(fig)
+    return build_report(plan, collected, figures)
+
+
 def write_report(plan: Plan, *, wandb: bool = False, project: str = "attention-repro", out: TextIO | None = None) -> Report:
     """Collect, draw, write ``report.md`` atomically, print the table (and log to W&B)."""
     out = out or sys.stdout
-    collected = collect(plan)
-    figures = []
-    fig = figure(plan, collected, plan.experiment_dir / f"{plan.sweep.axis}.png")
-    if fig is not None:
-        figures.append(fig)
-    report = build_report(plan, collected, figures)
+    report = render(plan)
     atomic_write_text(report.path, report.markdown)
     print(f"\n{plan.sweep.title} ({plan.experiment})", file=out)
     print(text_table(report.header, report.rows), file=out)
-    check = plan.sweep.report.get("check")
-    if check in _CHECKERS:
-        for line in _CHECKERS[check](plan, collected):
-            print(f"  {line}", file=out)
+    for line in report.claims:
+        print(f"  {line}", file=out)
     if report.missing:
         print(f"missing or failed runs ({len(report.missing)}):", file=out)
         for m in report.missing:
             print(f"  {m.replace('`', '')}", file=out)
-    print(f"report: {report.path}" + "".join(f"\nfigure: {f}" for f in figures), file=out)
+    print(f"report: {report.path}" + "".join(f"\nfigure: {f}" for f in report.figures), file=out)
     if wandb:
         log_to_wandb(plan, report, project)
     return report

@@ -18,11 +18,17 @@ command line, or any path to a YAML file) holds:
       - name: learned_2d-every_layer
         overrides: {pos_embed: learned_2d, pos_placement: every_layer}
         paper: {table8: 0.64046}          # optional: value per reference column
+      - name: WDL                         # optional: the variant's own experiment config
+        base: reproductions/bst/configs/wdl.yaml   # (one model per config; wins over base)
     product:                    # ... or a cartesian product of axes (not both)
       pool: [cls, gap]                    # -> variants "pool=cls,lr=0.001", ...
       lr: [3.0e-4, 1.0e-3]
     references:                 # the report's paper columns (optional)
       table8: {label: "...", scale: fraction, note: "...", unverified: false}
+    metric: {key: test/acc, label: "test acc. (%)", scale: 100}   # the report's main column
+        # (optional; also digits: 2, unit: points (how differences are named), ceiling: a
+        # results.json path such as data.ceiling.test_auc: the best reachable value, a table row)
+    columns: [{key: test/gauc, label: GAUC, scale: 1, digits: 4}]  # more metric columns (optional)
     claims: ["..."]             # the paper's claims, printed in the report (optional)
     report: {plot: bars, ...}   # how the report draws and checks (see reproductions/report.py)
     profiles:
@@ -33,6 +39,8 @@ command line, or any path to a YAML file) holds:
 A profile adds overrides to every run and may replace ``base``, ``seeds``, ``variants`` or
 ``product`` (e.g. the patch sizes an image size allows) and set ``jobs`` (runs at once).
 A variant with a ``paper`` value gives it as a number, or ``{value: x, unverified: true}``.
+A variant with a ``base`` runs its own experiment config (e.g. one model per config: WDL, DIN,
+BST), which wins over the profile's and the sweep's ``base``; the overrides apply on top as usual.
 
 Where runs go: ``<root>/<paper>/<name>-<profile>/<variant>/seed<k>/`` (the experiment name
 ``<paper>/<name>-<profile>``, e.g. ``vit/position-cpu``), so profiles never mix. Every run is
@@ -78,12 +86,12 @@ DEFAULT_PROFILE = "cpu"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=,+-]*$")
 _SWEEP_KEYS = {
     "title", "description", "axis", "base", "seeds", "aliases", "overrides", "variants", "product",
-    "references", "claims", "report", "metric", "profiles",
+    "references", "claims", "report", "metric", "columns", "profiles",
 }  # fmt: skip
 _PROFILE_KEYS = {"description", "base", "seeds", "jobs", "threads", "overrides", "variants", "product"}
-_VARIANT_KEYS = {"name", "overrides", "paper", "description"}
+_VARIANT_KEYS = {"name", "overrides", "paper", "description", "base"}
 _REFERENCE_KEYS = {"label", "scale", "note", "unverified"}
-_METRIC_KEYS = {"key", "label", "scale"}
+_METRIC_KEYS = {"key", "label", "scale", "digits", "unit", "ceiling"}
 
 
 class SweepError(ValueError):
@@ -116,20 +124,30 @@ class Variant:
     """One point of the grid: a name (its run directory) and the overrides it sets.
 
     ``axes`` holds the values as the sweep file writes them (short keys), for the report's
-    grouping and plotting; ``overrides`` the full CLI keys.
+    grouping and plotting; ``overrides`` the full CLI keys; ``base`` the variant's own
+    experiment config, if it has one.
     """
 
     name: str
     overrides: dict[str, Any]
     axes: dict[str, Any] = field(default_factory=dict)
     paper: dict[str, PaperValue] = field(default_factory=dict)
+    base: str | None = None
 
 
 @dataclass(frozen=True)
 class Metric:
+    """A metric column of the report: ``key`` in results.json's ``test``, shown as value x
+    ``scale`` with ``digits`` decimals; differences are named in ``unit`` ("+1.20 points");
+    ``ceiling``, a dotted path into results.json (``data.ceiling.test_auc``), is the best value
+    reachable on that data, if the data knows it (the report adds it as a row)."""
+
     key: str = "test/acc"
     label: str = "test acc. (%)"
     scale: float = 100.0
+    digits: int = 2
+    unit: str = "points"
+    ceiling: str | None = None
 
 
 @dataclass
@@ -161,6 +179,7 @@ class Sweep:
     report: dict[str, Any]
     metric: Metric
     profiles: dict[str, Profile]
+    columns: list[Metric] = field(default_factory=list)  # more metric columns after ``metric``
 
     def profile(self, name: str) -> Profile:
         if name not in self.profiles:
@@ -257,8 +276,11 @@ def _expand(where: str, spec: dict, aliases: dict[str, str]) -> list[Variant]:
                     paper[col] = PaperValue(float(val["value"]), bool(val.get("unverified", False)))
                 else:
                     paper[col] = PaperValue(float(val))
+            base = item.get("base")
+            if base is not None and not isinstance(base, str):
+                raise SweepError(f"{w}.base: expected a config path, got {base!r}")
             variants.append(
-                Variant(_check_name(w, item["name"]), resolve(overrides), axes=dict(overrides), paper=paper)
+                Variant(_check_name(w, item["name"]), resolve(overrides), axes=dict(overrides), paper=paper, base=base)
             )
     else:
         axes = spec["product"]
@@ -327,7 +349,18 @@ def load_sweep(ref: str | os.PathLike) -> Sweep:
         unknown = sorted(set(v.paper) - known_refs)
         if unknown:
             raise SweepError(f"{where}: variant {v.name!r} has paper values for unknown references {unknown}")
-    metric_spec = _check_keys(f"{where}.metric", raw.get("metric") or {}, _METRIC_KEYS)
+    metric = _metric(f"{where}.metric", raw.get("metric") or {})
+    columns_spec = raw.get("columns") or []
+    if not isinstance(columns_spec, list):
+        raise SweepError(f"{where}.columns: expected a list of {{key, label, scale, digits, unit, ceiling}}")
+    columns = []
+    for i, spec in enumerate(columns_spec):
+        if not isinstance(spec, dict) or "key" not in spec:
+            raise SweepError(f"{where}.columns[{i}]: every column needs a key (a test metric, e.g. test/gauc)")
+        columns.append(_metric(f"{where}.columns[{i}]", {"label": spec["key"], **spec}))
+    keys = [m.key for m in [metric, *columns]]
+    if len(set(keys)) != len(keys):
+        raise SweepError(f"{where}: metric and columns repeat a key: {keys}")
     return Sweep(
         path=path,
         id=sweep_id(path),
@@ -342,9 +375,20 @@ def load_sweep(ref: str | os.PathLike) -> Sweep:
         references=references,
         claims=[str(c) for c in raw.get("claims") or []],
         report=dict(raw.get("report") or {}),
-        metric=Metric(**metric_spec),
+        metric=metric,
         profiles=profiles,
+        columns=columns,
     )
+
+
+def _metric(where: str, spec: Any) -> Metric:
+    spec = dict(_check_keys(where, spec, _METRIC_KEYS))
+    digits = spec.get("digits", Metric.digits)
+    if not isinstance(digits, int) or isinstance(digits, bool) or not 0 <= digits <= 8:
+        raise SweepError(f"{where}.digits={digits!r} must be an integer in [0, 8]")
+    if "scale" in spec and (not isinstance(spec["scale"], (int, float)) or spec["scale"] <= 0):
+        raise SweepError(f"{where}.scale={spec['scale']!r} must be a positive number")
+    return Metric(**spec)
 
 
 # --------------------------------------------------------------------------- the plan: runs
@@ -493,9 +537,10 @@ def make_plan(
     tags = list(dict.fromkeys([sweep.axis, profile, sweep.id]))
     runs = []
     for variant in variants:
+        config = _resolve_base(sweep, variant.base) if variant.base else base
         for seed in seed_list:
             args = [
-                "fit", "--config", _display_path(base),
+                "fit", "--config", _display_path(config),
                 *override_args({**sweep.overrides, **prof.overrides, **variant.overrides}),
                 *device_args,
                 "--seed_everything", str(seed),

@@ -20,6 +20,7 @@ def _isolated_caches(tmp_path_factory, monkeypatch):
     """Keep every cache a test writes out of the user's home."""
     cache = tmp_path_factory.getbasetemp() / "hf-cache"
     monkeypatch.setenv("HF_DATASETS_CACHE", str(cache))
+    monkeypatch.setenv("BEHAVIOR_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "behavior-cache"))
 
 
 @pytest.fixture(autouse=True)

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,3 +46,44 @@ def test_attention_notebook_runs_on_a_tiny_timm_model(tmp_path, monkeypatch):
         assert (out / f"{name}.png").is_file() and (out / f"{name}.json").is_file()
     distance = json.loads((out / "attention_distance.json").read_text())
     assert distance["models"]["vit_tiny_patch16_224"]["num_images"] == 8
+
+
+BST_NOTEBOOK = REPO / "notebooks" / "bst_results.ipynb"
+
+
+def test_bst_results_notebook_is_thin_and_has_no_outputs():
+    nb = nbformat.read(BST_NOTEBOOK, as_version=4)
+    nbformat.validate(nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert "parameters" in code[0].metadata.get("tags", [])
+    assert all(not c.get("outputs") for c in code), "commit the notebook without outputs"
+    body = "\n".join(c.source for c in code)
+    assert "def " not in body and "class " not in body, "logic belongs in reproductions/report.py, not the notebook"
+
+
+@pytest.mark.slow
+def test_bst_results_notebook_draws_the_reports_of_smoke_sweeps(tmp_path, monkeypatch):
+    """Both BST sweeps at the smoke profile (in this process), then the notebook on their results."""
+    from tests.test_bst_experiments import run_smoke_sweeps
+
+    monkeypatch.setenv("BEHAVIOR_CACHE_DIR", str(tmp_path / "behavior-cache"))
+    runs, figures = tmp_path / "runs", tmp_path / "figures"
+    run_smoke_sweeps(runs)
+    monkeypatch.setenv("BST_SWEEPS", "bst/table,bst/position")
+    monkeypatch.setenv("BST_PROFILE", "smoke")
+    monkeypatch.setenv("BST_RUNS_ROOT", str(runs))
+    monkeypatch.setenv("BST_FIGURES", str(figures))
+    nb = nbformat.read(BST_NOTEBOOK, as_version=4)
+    client = NotebookClient(
+        nb, timeout=180, kernel_name="python3", resources={"metadata": {"path": str(REPO / "notebooks")}},
+    )
+    client.execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.get("output_type") == "error"]
+    markdown = "\n".join(o.get("data", {}).get("text/markdown", "") for o in outputs)
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert "### bst/table (smoke)" in markdown and "### bst/position (smoke)" in markdown
+    assert "| WDL | " in markdown and "RelaImpr vs WDL (%)" in markdown and "ceiling: true click probabilities" in markdown
+    assert "claimed: BST-b1 > DIN > WDL+Seq > WDL" in markdown
+    assert len(images) == 2  # one figure per sweep: AUC and GAUC bars with the ceiling
+    assert (figures / "model.png").is_file() and (figures / "position.png").is_file()

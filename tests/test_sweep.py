@@ -198,7 +198,9 @@ def test_every_profile_builds_through_the_cli(profile, tmp_path):
             cfg = cli.config["fit"].as_dict()
             for key, value in {**plan_overrides(sweep, profile), **run.variant.overrides}.items():
                 assert config_value(cfg, key) == value, (sweep, run.label, key)
-            assert cli.model.net.num_classes == 10 and cli.datamodule is not None
+            assert cli.datamodule is not None
+            if sweep.startswith("vit/"):
+                assert cli.model.net.num_classes == 10
 
 
 # --------------------------------------------------------------------------- expansion rules
