@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import traceback
 from pathlib import Path
 
 from lightning import Callback
@@ -35,3 +38,22 @@ class FailAtStep(Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if trainer.global_step >= self.step:
             raise RuntimeError(f"injected failure at step {trainer.global_step}")
+
+
+def inprocess_runner(run, env) -> int:
+    """A sweep runner: ``python -m reproductions <args>`` in this process (the sweep's default is a subprocess)."""
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    buf = io.StringIO()
+    rc = 0
+    try:
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+            from reproductions.cli import main as cli_main
+
+            cli_main(run.args)
+    except SystemExit as e:
+        rc = e.code if isinstance(e.code, int) and e.code else 1
+    except Exception:
+        buf.write(traceback.format_exc())
+        rc = 1
+    run.log_path.write_text(buf.getvalue())
+    return rc

@@ -9,10 +9,8 @@ real CLI and report the CTR columns) and the report's CTR columns on hand-made r
 
 from __future__ import annotations
 
-import contextlib
 import io
 import re
-import traceback
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +19,7 @@ import yaml
 
 from reproductions.cli import main as cli_main
 from reproductions.report import REPORT_FILE, write_report
+from tests.helpers import inprocess_runner
 from reproductions.results import RESULTS_FILE, atomic_write_json, read_results
 from reproductions.sweep import SweepError, load_sweep, main as sweep_main, make_plan
 
@@ -69,23 +68,6 @@ def net_args(config: str) -> dict:
 
 def data_args(config: str) -> dict:
     return yaml.safe_load((REPO / config).read_text())["data"]["init_args"]
-
-
-def inprocess_runner(run, env) -> int:
-    """Run ``python -m reproductions <args>`` in this process (the sweep's default is a subprocess)."""
-    run.run_dir.mkdir(parents=True, exist_ok=True)
-    buf = io.StringIO()
-    rc = 0
-    try:
-        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
-            cli_main(run.args)
-    except SystemExit as e:
-        rc = e.code if isinstance(e.code, int) and e.code else 1
-    except Exception:
-        buf.write(traceback.format_exc())
-        rc = 1
-    run.log_path.write_text(buf.getvalue())
-    return rc
 
 
 def run_smoke_sweeps(root: Path, sweeps=SWEEPS) -> dict[str, str]:

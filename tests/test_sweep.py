@@ -11,14 +11,13 @@ import re
 import shlex
 import subprocess
 import sys
-import traceback
 from pathlib import Path
 
 import pytest
 import yaml
 
 from reproductions.__main__ import main as repro_main
-from reproductions.cli import main as cli_main
+from tests.helpers import inprocess_runner
 from reproductions.results import RESULTS_FILE, atomic_write_json, read_results
 from reproductions.sweep import (
     SweepError,
@@ -87,23 +86,6 @@ def fake_runner(fail=(), calls=None):
         return 0
 
     return runner
-
-
-def inprocess_runner(run, env) -> int:
-    """Run ``python -m reproductions <args>`` in this process (fast; the sweep's default is a subprocess)."""
-    run.run_dir.mkdir(parents=True, exist_ok=True)
-    buf = io.StringIO()
-    rc = 0
-    try:
-        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
-            cli_main(run.args)
-    except SystemExit as e:
-        rc = e.code if isinstance(e.code, int) and e.code else 1
-    except Exception:
-        buf.write(traceback.format_exc())
-        rc = 1
-    run.log_path.write_text(buf.getvalue())
-    return rc
 
 
 # --------------------------------------------------------------------------- the sweep files
