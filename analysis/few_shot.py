@@ -311,8 +311,13 @@ class FewShotCallback(Callback):
     with k labels per class; it is not the paper's transfer setting (JFT features, ImageNet
     few-shot), which needs a second dataset.
 
+    At ``test`` (e.g. the test after fit, on the best checkpoint) it logs ``test/fewshot_<k>``:
+    the same k-shot draws from the training split, accuracy on the TEST split, so results.json
+    holds the few-shot accuracy of the weights the test reports (the data-size study's metric).
+
     When: at the end of the fit's validation every ``every_n_epochs`` epochs (and in the last
-    epoch), at every ``validate`` run, never during the sanity check. Each draw d uses seed ``seed + d`` (numpy generators: the
+    epoch; ``None``: never during fit), at every ``validate`` and ``test`` run, never during the
+    sanity check. Each draw d uses seed ``seed + d`` (numpy generators: the
     training RNG streams are untouched, so runs with and without the callback train alike).
     In multi-device runs every process computes the same numbers on the full sets.
 
@@ -320,7 +325,7 @@ class FewShotCallback(Callback):
         shots: k values; shots that a class of the training split cannot fill are skipped
             with a warning.
         draws: random draws of the k-shot sets averaged per k.
-        every_n_epochs: evaluation period in epochs.
+        every_n_epochs: evaluation period in epochs during fit; None: only at validate/test.
         l2: ridge penalty (big_vision: 2^10).
         seed: seed of the first draw.
         max_eval_samples: evaluate on the first this many validation images (None: all).
@@ -331,7 +336,7 @@ class FewShotCallback(Callback):
         self,
         shots: Sequence[int] = DEFAULT_SHOTS,
         draws: int = 3,
-        every_n_epochs: int = 1,
+        every_n_epochs: int | None = 1,
         l2: float = DEFAULT_L2,
         seed: int = 0,
         max_eval_samples: int | None = None,
@@ -339,8 +344,8 @@ class FewShotCallback(Callback):
     ) -> None:
         self.shots = _check_shots(shots, draws)
         self.draws = draws
-        if not isinstance(every_n_epochs, int) or every_n_epochs < 1:
-            raise ValueError(f"every_n_epochs={every_n_epochs!r} must be a positive integer")
+        if every_n_epochs is not None and (not isinstance(every_n_epochs, int) or every_n_epochs < 1):
+            raise ValueError(f"every_n_epochs={every_n_epochs!r} must be a positive integer, or None (only at validate/test)")
         if l2 <= 0:
             raise ValueError(f"l2={l2!r} must be positive")
         self.every_n_epochs = every_n_epochs
@@ -352,26 +357,31 @@ class FewShotCallback(Callback):
         self._warned: set[int] = set()
 
     @staticmethod
-    def _datasets(trainer: Trainer) -> tuple[Dataset, Dataset, int]:
+    def _datasets(trainer: Trainer, stage: str = "val") -> tuple[Dataset, Dataset, int]:
+        """The training split (k-shot sets) and the ``stage`` split (``val`` or ``test``) evaluated."""
         dm = getattr(trainer, "datamodule", None)
         train = getattr(dm, "train_dataset", None)
-        val = getattr(dm, "val_dataset", None)
+        held_out = getattr(dm, f"{stage}_dataset", None)
         num_classes = getattr(dm, "num_classes", None)
         if train is None:
-            train = getattr(trainer.train_dataloader, "dataset", None)
-        if val is None:
-            loaders = trainer.val_dataloaders
+            train = getattr(trainer.train_dataloader, "dataset", None) if trainer.state.fn == "fit" else None
+        if held_out is None:
+            loaders = trainer.val_dataloaders if stage == "val" else trainer.test_dataloaders
             loader = loaders[0] if isinstance(loaders, (list, tuple)) and loaders else loaders
-            val = getattr(loader, "dataset", None)
-        if train is None or val is None or len(val) == 0:
+            held_out = getattr(loader, "dataset", None)
+        if train is None or held_out is None or len(held_out) == 0:
+            split = "validation" if stage == "val" else "test"
             raise RuntimeError(
-                "FewShotCallback needs a training and a validation split (e.g. ImageDataModule with val_fraction > 0)"
+                f"FewShotCallback needs the training split and a {split} split (e.g. ImageDataModule"
+                + (" with val_fraction > 0)" if stage == "val" else ", which holds its training split at test)")
             )
         if num_classes is None:
             num_classes = int(_targets(train).max()) + 1
-        return train, val, int(num_classes)
+        return train, held_out, int(num_classes)
 
     def _due(self, trainer: Trainer) -> bool:
+        if self.every_n_epochs is None:
+            return False
         epoch = trainer.current_epoch + 1
         last = trainer.max_epochs is not None and trainer.max_epochs > 0 and epoch >= trainer.max_epochs
         return epoch % self.every_n_epochs == 0 or last or bool(trainer.fast_dev_run)
@@ -381,18 +391,24 @@ class FewShotCallback(Callback):
             return
         if trainer.state.fn == "fit" and not self._due(trainer):
             return
-        train, val, num_classes = self._datasets(trainer)
+        self._evaluate(trainer, pl_module, "val")
+
+    def on_test_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self._evaluate(trainer, pl_module, "test")
+
+    def _evaluate(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        train, held_out, num_classes = self._datasets(trainer, stage)
         net = getattr(pl_module, "net", pl_module)
         result = fewshot_from_datasets(
-            net, train, val, num_classes, shots=self.shots, draws=self.draws, seed=self.seed, l2=self.l2,
+            net, train, held_out, num_classes, shots=self.shots, draws=self.draws, seed=self.seed, l2=self.l2,
             batch_size=self.batch_size, max_eval_samples=self.max_eval_samples, device=pl_module.device,
         )
         for k in result.skipped:
             if k not in self._warned:
                 self._warned.add(k)
                 warnings.warn(f"FewShotCallback: a class of the training split has fewer than {k} images; "
-                              f"val/fewshot_{k} is not logged", stacklevel=2)
+                              f"{stage}/fewshot_{k} is not logged", stacklevel=2)
         for k, acc in result.accuracy.items():
             # every process computed the same value: the mean over processes is that value
-            pl_module.log(f"val/fewshot_{k}", acc, on_step=False, on_epoch=True, sync_dist=True)
+            pl_module.log(f"{stage}/fewshot_{k}", acc, on_step=False, on_epoch=True, sync_dist=True)
         self.last_result = result

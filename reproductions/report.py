@@ -20,12 +20,18 @@ other finished ``seed<k>`` found there), and writes, atomically, into that direc
                            ``panels: [test/gauc, ...]`` a panel per further metric column;
                            a dashed line at a column's ceiling when the data records one);
     ``grouped_bars``       bars grouped by ``report.x`` (e.g. the learning rate), one colour per
-                           ``report.hue`` (e.g. cls/gap): pooling.
+                           ``report.hue`` (e.g. cls/gap): pooling;
+    ``lines``              one line per ``report.hue`` (e.g. the model family) against ``report.x``
+                           (a variant axis such as train_samples, or a results.json path such as
+                           training.total_train_flops; log scale unless ``logx: false``), a panel
+                           for the metric and one per ``report.panels`` column: hybrid, data size.
 
 The sweep file's ``report.check`` picks the claim summary: ``halving`` (compute ratio and
 accuracy gain per step of ``report.param``, e.g. patch size), ``baseline`` (gap between
 ``report.baseline`` and the others, and their spread), ``best_per_group`` (best ``report.x``
-per ``report.hue`` and the gap at the best and at a shared value), ``speed`` (accuracy and
+per ``report.hue`` and the gap at the best and at a shared value), ``gaps`` (for each pair
+``[a, b]`` of ``report.pairs``, values of ``report.hue``: a - b at each value of ``report.along``
+for the metric and the ``report.panels`` columns, and whether the gap shrinks), ``speed`` (accuracy and
 throughput against ``report.baseline``), ``ordering`` (our ranking against the claimed
 orders ``report.orders``, chains of variant names best first, or ``{label, order}`` to say
 whose claim it is, pair by pair with standard errors; with ``report.order_reference`` the pairs
@@ -72,8 +78,8 @@ from reproductions.sweep import (
 )
 
 REPORT_FILE = "report.md"
-PLOTS = ("bars", "grouped_bars", "accuracy_vs_flops")
-CHECKS = ("halving", "baseline", "best_per_group", "speed", "ordering")
+PLOTS = ("bars", "grouped_bars", "accuracy_vs_flops", "lines")
+CHECKS = ("halving", "baseline", "best_per_group", "speed", "ordering", "gaps")
 
 
 # --------------------------------------------------------------------------- collecting
@@ -502,7 +508,54 @@ def check_ordering(plan: Plan, collected: list[VariantResults]) -> list[str]:
     return lines
 
 
+def _axis_order(plan: Plan, axis: str) -> list[Any]:
+    """The values of ``axis`` over the plan's variants: numbers ascending, names in sweep-file order."""
+    values = list(dict.fromkeys(v.axes[axis] for v in plan.variants if axis in v.axes))
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return sorted(values)
+    return values
+
+
+def check_gaps(plan: Plan, collected: list[VariantResults]) -> list[str]:
+    """``report.pairs`` ([[a, b], ...] values of ``report.hue``): a - b at each value of
+    ``report.along`` (model size, training-set size), for the main metric and the ``report.panels``
+    columns, with the compute ratio, and whether the gap shrinks from the first to the last value."""
+    rep = plan.sweep.report
+    hue, along = rep.get("hue"), rep.get("along")
+    pairs = rep.get("pairs") or []
+    hues = _axis_order(plan, hue) if hue else []
+    if not hue or not along or not pairs or any(not isinstance(pr, list) or len(pr) != 2 or set(pr) - set(hues) for pr in pairs):
+        raise SweepError(f"{plan.sweep.path}: report.check=gaps needs report.hue and report.along (variant axes) and "
+                         f"report.pairs, a list of [a, b] values of {hue!r}: {hues}")  # fmt: skip
+    by_key = {c.key: c for c in [plan.sweep.metric, *plan.sweep.columns]}
+    metrics = [plan.sweep.metric] + [by_key[k] for k in rep.get("panels") or [] if k in by_key and k != plan.sweep.metric.key]
+    cell = {(vr.variant.axes.get(hue), vr.variant.axes.get(along)): vr for vr in collected}
+    lines = []
+    for a, b in pairs:
+        for m in metrics:
+            gaps = []
+            for xv in _axis_order(plan, along):
+                va, vb = cell.get((a, xv)), cell.get((b, xv))
+                if va is None or vb is None:
+                    continue
+                sa, sb = va.column(m), vb.column(m)
+                fa, fb = va.stat("model.flops_per_sample").mean, vb.stat("model.flops_per_sample").mean
+                ratio = f"; FLOPs/{_unit(plan)} x{fa / fb:.2f}" if fa and fb else ""
+                lines.append(f"{m.label}, {along}={xv}: {a} - {b} = {_delta(sb, sa, m)} ({_pm(sa, m)} vs {_pm(sb, m)}{ratio})")
+                if sa.mean is not None and sb.mean is not None:
+                    gaps.append((xv, sa.mean - sb.mean))
+            if len(gaps) >= 2:
+                (x0, g0), (x1, g1) = gaps[0], gaps[-1]
+                trend = "shrinks" if abs(g1) < abs(g0) else "grows"
+                if (g0 > 0) != (g1 > 0) and g0 != 0 and g1 != 0:
+                    trend = "changes sign"
+                lines.append(f"  -> {m.label}: {a} - {b} {trend} from {g0:+.{m.digits}f} at {along}={x0} "
+                             f"to {g1:+.{m.digits}f} at {along}={x1}")  # fmt: skip
+    return lines or ["not enough results yet"]
+
+
 _CHECKERS = {
+    "gaps": check_gaps,
     "halving": check_halving,
     "baseline": check_baseline,
     "best_per_group": check_best_per_group,
@@ -574,6 +627,36 @@ def figure(plan: Plan, collected: list[VariantResults], path: Path) -> Path | No
             ax.set_xlabel(xlabel)
             ax.set_ylabel(label)
             ax.grid(alpha=0.3)
+        fig.suptitle(title, fontsize=10)
+
+    elif kind == "lines":
+        hue, x = rep.get("hue"), rep.get("x")
+        if not hue or not x:
+            raise SweepError(f"{plan.sweep.path}: report.plot=lines needs report.x (a variant axis or a results.json "
+                             "path such as training.total_train_flops) and report.hue (a variant axis)")  # fmt: skip
+        by_key = {c.key: c for c in [plan.sweep.metric, *plan.sweep.columns]}
+        metrics = [plan.sweep.metric] + [by_key[k] for k in rep.get("panels") or [] if k in by_key and k != plan.sweep.metric.key]
+        fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 4.2), squeeze=False)
+        for ax, m in zip(axes[0], metrics):
+            for h in _axis_order(plan, hue):
+                pts = []
+                for vr in have:
+                    if vr.variant.axes.get(hue) != h:
+                        continue
+                    xv = vr.variant.axes[x] if x in vr.variant.axes else vr.stat(x).mean
+                    s = vr.column(m)
+                    if isinstance(xv, (int, float)) and s.mean is not None:
+                        pts.append((float(xv), s.mean, s.std or 0.0))
+                if pts:
+                    pts.sort()
+                    ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o",
+                                capsize=4, label=f"{h}")  # fmt: skip
+            if rep.get("logx", True):
+                ax.set_xscale("log")
+            ax.set_xlabel(rep.get("xlabel", x))
+            ax.set_ylabel(m.label)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
         fig.suptitle(title, fontsize=10)
 
     elif kind == "grouped_bars":

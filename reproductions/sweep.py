@@ -20,9 +20,11 @@ command line, or any path to a YAML file) holds:
         paper: {table8: 0.64046}          # optional: value per reference column
       - name: WDL                         # optional: the variant's own experiment config
         base: reproductions/bst/configs/wdl.yaml   # (one model per config; wins over base)
-    product:                    # ... or a cartesian product of axes (not both)
+    product:                    # ... or a cartesian product of axes
       pool: [cls, gap]                    # -> variants "pool=cls,lr=0.001", ...
       lr: [3.0e-4, 1.0e-3]
+        # both: every variant crossed with every product point ("ViT,train_samples=1000");
+        # a variant's ``axes: {model: ViT, size: S}`` names it on the report's axes
     references:                 # the report's paper columns (optional)
       table8: {label: "...", scale: fraction, note: "...", unverified: false}
     metric: {key: test/acc, label: "test acc. (%)", scale: 100}   # the report's main column
@@ -89,7 +91,7 @@ _SWEEP_KEYS = {
     "references", "claims", "report", "metric", "columns", "profiles",
 }  # fmt: skip
 _PROFILE_KEYS = {"description", "base", "seeds", "jobs", "threads", "overrides", "variants", "product"}
-_VARIANT_KEYS = {"name", "overrides", "paper", "description", "base"}
+_VARIANT_KEYS = {"name", "overrides", "paper", "description", "base", "axes"}
 _REFERENCE_KEYS = {"label", "scale", "note", "unverified"}
 _METRIC_KEYS = {"key", "label", "scale", "digits", "unit", "ceiling"}
 
@@ -254,9 +256,11 @@ def _format_value(value: Any) -> str:
 
 
 def _expand(where: str, spec: dict, aliases: dict[str, str]) -> list[Variant]:
-    """Variants of a ``variants:`` list or a ``product:`` of axes (exactly one of them)."""
-    if ("variants" in spec) == ("product" in spec):
-        raise SweepError(f"{where}: give either 'variants' (a list) or 'product' (axes), not {'both' if 'variants' in spec else 'neither'}")
+    """Variants of a ``variants:`` list, a ``product:`` of axes, or both: every listed variant
+    crossed with every point of the product (its name ``<variant>,<axis>=<value>,...``, its
+    overrides the variant's then the point's, its axes both)."""
+    if "variants" not in spec and "product" not in spec:
+        raise SweepError(f"{where}: give 'variants' (a list), 'product' (axes) or both")
     resolve = lambda d: {aliases.get(k, k): v for k, v in d.items()}  # noqa: E731
     variants: list[Variant] = []
     if "variants" in spec:
@@ -279,10 +283,12 @@ def _expand(where: str, spec: dict, aliases: dict[str, str]) -> list[Variant]:
             base = item.get("base")
             if base is not None and not isinstance(base, str):
                 raise SweepError(f"{w}.base: expected a config path, got {base!r}")
-            variants.append(
-                Variant(_check_name(w, item["name"]), resolve(overrides), axes=dict(overrides), paper=paper, base=base)
-            )
-    else:
+            named_axes = _check_keys(f"{w}.axes", item.get("axes") or {}, set(item.get("axes") or {}))
+            variants.append(Variant(
+                _check_name(w, item["name"]), resolve(overrides), axes={**overrides, **named_axes}, paper=paper, base=base,
+            ))  # fmt: skip
+    if "product" in spec:
+        points: list[Variant] = []
         axes = spec["product"]
         if not isinstance(axes, dict) or not axes:
             raise SweepError(f"{where}.product: expected a mapping of axis -> list of values")
@@ -294,12 +300,32 @@ def _expand(where: str, spec: dict, aliases: dict[str, str]) -> list[Variant]:
         for combo in itertools.product(*choices):
             name = ",".join(f"{axis}={_format_value(v)}" for axis, v in combo)
             set_ = dict(combo)
-            variants.append(Variant(_check_name(f"{where}.product", name), resolve(set_), axes=set_))
+            points.append(Variant(_check_name(f"{where}.product", name), resolve(set_), axes=set_))
+        if variants:
+            for v in variants:
+                if set(v.axes) & set(axes):
+                    raise SweepError(f"{where}: variant {v.name!r} sets {sorted(set(v.axes) & set(axes))}, an axis of 'product'")
+            variants = [
+                Variant(f"{v.name},{p.name}", {**v.overrides, **p.overrides}, axes={**v.axes, **p.axes}, paper=v.paper, base=v.base)
+                for v in variants for p in points
+            ]  # fmt: skip
+        else:
+            variants = points
     names = [v.name for v in variants]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise SweepError(f"{where}: variant names repeat: {dupes}")
     return variants
+
+
+def _profile_grid(raw: dict, spec: dict) -> dict:
+    """A profile's grid: its ``variants``/``product``; where the sweep crosses both and the profile
+    gives one (e.g. CIFAR's training-set sizes), the profile's crossed with the sweep's other."""
+    grid = {k: spec[k] for k in ("variants", "product") if k in spec}
+    if "variants" in raw and "product" in raw:
+        for k in ("variants", "product"):
+            grid.setdefault(k, raw[k])
+    return grid
 
 
 def load_sweep(ref: str | os.PathLike) -> Sweep:
@@ -343,7 +369,7 @@ def load_sweep(ref: str | os.PathLike) -> Sweep:
             jobs=jobs,
             threads=threads,
             overrides={aliases.get(k, k): v for k, v in profile_overrides.items()},
-            variants=_expand(w, spec, aliases) if ("variants" in spec or "product" in spec) else None,
+            variants=_expand(w, _profile_grid(raw, spec), aliases) if ("variants" in spec or "product" in spec) else None,
         )
     for v in variants + [v for p in profiles.values() for v in (p.variants or [])]:
         unknown = sorted(set(v.paper) - known_refs)

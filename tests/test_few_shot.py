@@ -223,3 +223,24 @@ def test_callback_logs_fewshot_keys_in_a_tiny_fit_without_changing_training(tmp_
         return [(r["epoch"], key, r[key]) for r in rs for key in ("train/loss_epoch", "val/loss") if r.get(key)]
 
     assert curve(with_cb) == curve(without) and len(curve(without)) == 4
+
+
+def test_callback_at_test_only_puts_test_fewshot_in_results(tmp_path):
+    """every_n_epochs=None: nothing during fit; the test after fit (best checkpoint) logs
+    test/fewshot_<k> on the test split, and results.json holds it beside test/acc."""
+    from reproductions.cli import main as cli_main
+    from reproductions.results import read_results
+
+    cli_main(["fit", "--config", "reproductions/vit/configs/digits.yaml", "--trainer.max_epochs", "1",
+              "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+              "--model.net.init_args.depth", "1", "--model.net.init_args.embed_dim", "16",
+              "--model.net.init_args.num_heads", "2", "--trainer.limit_train_batches", "3",
+              "--trainer.limit_val_batches", "2", "--run.test_ckpt", "best", "--run.root", str(tmp_path),
+              "--trainer.callbacks+=analysis.few_shot.FewShotCallback", "--trainer.callbacks.shots=[1, 5]",
+              "--trainer.callbacks.every_n_epochs=null", "--trainer.callbacks.draws=2"])  # fmt: skip
+    run_dir = tmp_path / "vit/digits/default/seed0"
+    with open(run_dir / "metrics.csv") as f:
+        assert not any(k.startswith("val/fewshot") for k in csv.DictReader(f).fieldnames)
+    test = read_results(run_dir)["test"]
+    assert set(test) >= {"test/acc", "test/fewshot_1", "test/fewshot_5"}
+    assert 0.1 < test["test/fewshot_5"] <= 1.0

@@ -55,6 +55,16 @@ def config_value(cfg: dict, key: str):
     return cfg
 
 
+def sets(resolved, given) -> bool:
+    """The resolved config value holds the override: equal scalars; for mappings every given key
+    (a callback's resolved init_args also carry its defaults); lists item by item."""
+    if isinstance(given, dict):
+        return isinstance(resolved, dict) and all(k in resolved and sets(resolved[k], v) for k, v in given.items())
+    if isinstance(given, list):
+        return isinstance(resolved, list) and len(resolved) == len(given) and all(map(sets, resolved, given))
+    return resolved == given
+
+
 def write_sweep(path: Path, **spec) -> Path:
     spec.setdefault("axis", "patch_size")
     spec.setdefault("base", str(DIGITS))
@@ -179,7 +189,7 @@ def test_every_profile_builds_through_the_cli(profile, tmp_path):
                 cli = BuildOnly(args=run.args)
             cfg = cli.config["fit"].as_dict()
             for key, value in {**plan_overrides(sweep, profile), **run.variant.overrides}.items():
-                assert config_value(cfg, key) == value, (sweep, run.label, key)
+                assert sets(config_value(cfg, key), value), (sweep, run.label, key)
             assert cli.datamodule is not None
             if sweep.startswith("vit/"):
                 assert cli.model.net.num_classes == 10
@@ -219,6 +229,32 @@ def test_product_axes_aliases_seeds_and_profile_replacements(tmp_path):
     assert make_plan(path, "cpu", seeds=3).seeds == [0, 1, 2]  # --seeds N: seeds 0..N-1
 
 
+def test_variants_crossed_with_a_product_carry_both_axes_and_their_own_base(tmp_path):
+    """``variants`` + ``product``: every variant at every product point (the data-size study: each
+    model at each training-set size), named ``<variant>,<axis>=<value>``, with the variant's base
+    config, its declared ``axes`` and the point's; a profile's ``product`` crosses the sweep's variants."""
+    resnet = REPO / "reproductions" / "vit" / "configs" / "resnet_fashion_mnist.yaml"
+    path = write_sweep(
+        tmp_path / "cross.yaml",
+        aliases={"n": "data.init_args.train_samples", "dim": "model.net.init_args.embed_dim"},
+        variants=[
+            {"name": "ViT-S", "axes": {"model": "ViT", "size": "S"}, "overrides": {"dim": 32}},
+            {"name": "ResNet-S", "axes": {"model": "ResNet", "size": "S"}, "base": str(resnet)},
+        ],
+        product={"n": [100, 300]},
+        profiles={"smoke": {"seeds": 1}, "gpu": {"product": {"n": [1000]}}},
+    )
+    plan = make_plan(path, "smoke", root=tmp_path / "runs")
+    assert [v.name for v in plan.variants] == ["ViT-S,n=100", "ViT-S,n=300", "ResNet-S,n=100", "ResNet-S,n=300"]
+    vit, res = plan.variants[1], plan.variants[2]
+    assert vit.axes == {"dim": 32, "model": "ViT", "size": "S", "n": 300}
+    assert vit.overrides == {"model.net.init_args.embed_dim": 32, "data.init_args.train_samples": 300}
+    assert vit.base is None and res.base == str(resnet)
+    assert res.overrides == {"data.init_args.train_samples": 100}
+    gpu = make_plan(path, "gpu", root=tmp_path / "runs")
+    assert [v.name for v in gpu.variants] == ["ViT-S,n=1000", "ResNet-S,n=1000"]
+
+
 def test_cli_values_parse_back():
     assert cli_value(0.001) == "0.001" and cli_value(3) == "3" and cli_value(False) == "false"
     assert cli_value("learned_2d") == "learned_2d" and cli_value(None) == "null"
@@ -229,8 +265,9 @@ def test_cli_values_parse_back():
 @pytest.mark.parametrize(
     "spec, message",
     [
-        ({"variants": [{"name": "a"}], "product": {"x": [1]}}, "either 'variants'"),
-        ({}, "neither"),
+        ({"variants": [{"name": "a", "overrides": {"x": 2}}], "product": {"x": [1]}}, "sets ['x'], an axis of 'product'"),
+        ({}, "give 'variants' (a list), 'product' (axes) or both"),
+        ({"variants": [{"name": "a", "axes": [1]}]}, "expected a mapping"),
         ({"variants": [{"name": "a/b"}]}, "no '/'"),
         ({"variants": [{"name": "a"}, {"name": "a"}]}, "repeat"),
         ({"variants": [{"name": "a", "overide": {}}]}, "unknown keys ['overide']"),
@@ -434,7 +471,7 @@ def test_every_sweep_runs_at_the_smoke_profile_and_reports(tmp_path):
             assert res["variant"] == run.variant.name and res["seed"] == run.seed
             cfg = yaml.safe_load((run.run_dir / "config.yaml").read_text())
             for key, value in run.variant.overrides.items():
-                assert config_value(cfg, key) == value, (run.label, key)
+                assert sets(config_value(cfg, key), value), (run.label, key)
         report = (plan.experiment_dir / "report.md").read_text()
         assert all(f"| {v.name} |" in report for v in plan.variants)
         assert "None: every planned run finished." in report
