@@ -18,6 +18,11 @@ The paper's lr 0.01 (Sec. 4.1 settings, unverified) is for its setting (batch 25
 optimiser); with Adam-type optimisers on the synthetic and MovieLens data 1e-3 is the stable
 choice. Weight decay, when set, applies to the weight matrices of Linear layers only, never to
 embeddings (sparse ids would be shrunk on every step whether seen or not), norms or biases.
+
+Scale path (opt-in): ``compile`` (``torch.compile`` the net in place in ``configure_model``;
+state_dict keys stay plain) and ``lr_scaling`` / ``base_batch_size`` (the learning rate follows
+the global batch, ``lightning_modules.common.scaled_lr``; the effective rate is logged to the
+hparams and ``results.json``), as in ``ImageClassifier``.
 """
 
 from __future__ import annotations
@@ -32,7 +37,16 @@ from torch import nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import BinaryAUROC
 
-from lightning_modules.common import SCHEDULES, save_hparams_without_net, scheduled
+from lightning_modules.common import (
+    SCHEDULES,
+    check_compile_mode,
+    check_lr_scaling,
+    compile_in_place,
+    log_effective_lr,
+    resolve_lr,
+    save_hparams_without_net,
+    scheduled,
+)
 from lightning_modules.metrics import GroupAUROC
 from lightning_modules.model_stats import count_flops, count_parameters
 
@@ -87,6 +101,14 @@ class CTRModule(LightningModule):
         warmup_steps: linear warm-up length in optimiser steps.
         schedule: ``constant`` | ``cosine`` (to ``lr * min_lr_ratio`` at the last step).
         min_lr_ratio: the cosine schedule's final fraction of ``lr``.
+        lr_scaling: ``none`` (default: ``lr`` as given, for the config's global batch),
+            ``linear`` or ``sqrt``: the optimiser gets ``lr * k`` or ``lr * sqrt(k)`` with
+            ``k = global batch / base_batch_size`` (the DataModule's global ``batch_size`` times
+            ``accumulate_grad_batches``).
+        base_batch_size: the global batch ``lr`` was tuned for (needed by ``linear``/``sqrt``).
+        compile: ``torch.compile`` the net (in place, in ``configure_model``).
+        compile_mode: ``default`` | ``reduce-overhead`` | ``max-autotune`` |
+            ``max-autotune-no-cudagraphs``.
     """
 
     #: the metric ModelCheckpoint and early stopping watch, and in which direction
@@ -103,6 +125,10 @@ class CTRModule(LightningModule):
         warmup_steps: int = 0,
         schedule: str = "constant",
         min_lr_ratio: float = 0.0,
+        lr_scaling: str = "none",
+        base_batch_size: int | None = None,
+        compile: bool = False,
+        compile_mode: str = "default",
     ) -> None:
         super().__init__()
         if lr <= 0:
@@ -117,6 +143,8 @@ class CTRModule(LightningModule):
             raise ValueError(f"warmup_steps={warmup_steps!r} must be >= 0")
         if not 0.0 <= min_lr_ratio <= 1.0:
             raise ValueError(f"min_lr_ratio={min_lr_ratio!r} must be in [0, 1]")
+        check_lr_scaling(lr_scaling, base_batch_size)
+        check_compile_mode(compile_mode)
         save_hparams_without_net(self, inspect.currentframe())
         self.net = net
         # One metric object per stage, so states never mix across stages.
@@ -125,6 +153,8 @@ class CTRModule(LightningModule):
         self.val_logloss, self.test_logloss = MeanMetric(), MeanMetric()
         self.num_params: int = count_parameters(net)
         self.flops_per_sample: int | None = None
+        self.effective_lr: float | None = None  # set by configure_optimizers
+        self.global_batch_size: int | None = None
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.net(batch)
@@ -142,6 +172,14 @@ class CTRModule(LightningModule):
                 self.flops_per_sample = count_flops(self.net, datamodule.example_batch(1))
             except Exception as err:  # FLOPs are a report nicety, never a reason to stop a run
                 warnings.warn(f"could not count FLOPs: {err}", stacklevel=2)
+
+    def configure_model(self) -> None:
+        """After ``setup`` (FLOPs counted on the plain net), before the strategy wraps the module."""
+        if self.hparams.get("compile"):
+            compile_in_place(self.net, self.hparams.get("compile_mode", "default"))
+
+    def on_fit_start(self) -> None:
+        log_effective_lr(self)
 
     # ---------------------------------------------------------------- steps
     def _step(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -214,7 +252,8 @@ class CTRModule(LightningModule):
         h = self.hparams
         groups = [g for g in self.parameter_groups() if g["params"]]
         cls = torch.optim.AdamW if h.optimizer == "adamw" else torch.optim.Adam
-        optimizer = cls(groups, lr=h.lr, betas=tuple(h.betas))
+        self.effective_lr, self.global_batch_size = resolve_lr(self)
+        optimizer = cls(groups, lr=self.effective_lr, betas=tuple(h.betas))
         if h.warmup_steps == 0 and h.schedule == "constant":
             return optimizer
         total = int(self.trainer.estimated_stepping_batches) if h.schedule == "cosine" else 0

@@ -67,10 +67,16 @@ class RunOptions:
 
 
 def experiment_name(config_paths: list) -> str:
-    """``reproductions/vit/configs/digits.yaml`` -> ``vit/digits``; no config -> ``default``."""
-    if not config_paths:
-        return "default"
-    path = Path(str(config_paths[-1])).resolve()
+    """``reproductions/vit/configs/digits.yaml`` -> ``vit/digits``; no config -> ``default``.
+
+    The last config names the experiment, skipping overlays (files in a folder named
+    ``overlays``, e.g. ``vit/configs/overlays/fsdp.yaml``): they change how a run is executed,
+    not which experiment it is.
+    """
+    experiments = [p for p in config_paths if "overlays" not in Path(str(p)).parts[:-1]]
+    if not experiments:
+        return "default" if not config_paths else Path(str(config_paths[-1])).stem
+    path = Path(str(experiments[-1])).resolve()
     try:
         rel = path.relative_to(REPRODUCTIONS_DIR)
     except ValueError:
@@ -277,6 +283,10 @@ class ReproductionCLI(LightningCLI):
                 "devices": trainer.world_size,
                 "num_nodes": trainer.num_nodes,
                 "precision": str(trainer.precision),
+                # the lr the optimiser got: the configured one, scaled to the global batch if
+                # the module's lr_scaling says so
+                "lr_scaling": getattr(model, "hparams", {}).get("lr_scaling"),
+                "effective_lr": getattr(model, "effective_lr", None),
                 **clock,
             },
             "data": data.describe() if hasattr(data, "describe") else {"class": type(data).__name__},
