@@ -26,7 +26,10 @@ class TrainingClock(Callback):
     the time between consecutive batch ends: data loading, forward, backward and optimiser
     step are included, validation is not. Samples are summed over all processes (the
     per-process batch times the world size), so the number is the job's global rate.
-    Logged each epoch as ``train/samples_per_sec``; totals are in ``summary()``.
+    Logged each epoch as ``train/samples_per_sec``; totals are in ``summary()``. At the end of
+    every validation during fit it logs ``time/fit_elapsed_s``, the wall time since fit started
+    (validation included), beside the validation metrics: accuracy against wall time, the
+    time-to-accuracy curve.
     """
 
     def __init__(self) -> None:
@@ -45,6 +48,10 @@ class TrainingClock(Callback):
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._fit_start is not None:
             self.fit_time_s = time.perf_counter() - self._fit_start
+
+    def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if trainer.state.fn == "fit" and not trainer.sanity_checking and self._fit_start is not None:
+            pl_module.log("time/fit_elapsed_s", time.perf_counter() - self._fit_start, on_epoch=True)
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._last = time.perf_counter()

@@ -24,14 +24,20 @@ other finished ``seed<k>`` found there), and writes, atomically, into that direc
     ``lines``              one line per ``report.hue`` (e.g. the model family) against ``report.x``
                            (a variant axis such as train_samples, or a results.json path such as
                            training.total_train_flops; log scale unless ``logx: false``), a panel
-                           for the metric and one per ``report.panels`` column: hybrid, data size.
+                           for the metric and one per ``report.panels`` column: hybrid, data size;
+    ``curves``             every run's metrics.csv: ``report.y`` (default val/acc) against
+                           ``report.x`` (default time/fit_elapsed_s, wall seconds since fit
+                           started), with ``report.target`` and ``report.budget_s`` lines:
+                           time to accuracy.
 
 The sweep file's ``report.check`` picks the claim summary: ``halving`` (compute ratio and
 accuracy gain per step of ``report.param``, e.g. patch size), ``baseline`` (gap between
 ``report.baseline`` and the others, and their spread), ``best_per_group`` (best ``report.x``
 per ``report.hue`` and the gap at the best and at a shared value), ``gaps`` (for each pair
 ``[a, b]`` of ``report.pairs``, values of ``report.hue``: a - b at each value of ``report.along``
-for the metric and the ``report.panels`` columns, and whether the gap shrinks), ``speed`` (accuracy and
+for the metric and the ``report.panels`` columns, and whether the gap shrinks),
+``time_to_target`` (per run: when the validation curve first reached ``report.target`` and
+whether the test metric reached it within ``report.budget_s``), ``speed`` (accuracy and
 throughput against ``report.baseline``), ``ordering`` (our ranking against the claimed
 orders ``report.orders``, chains of variant names best first, or ``{label, order}`` to say
 whose claim it is, pair by pair with standard errors; with ``report.order_reference`` the pairs
@@ -78,8 +84,8 @@ from reproductions.sweep import (
 )
 
 REPORT_FILE = "report.md"
-PLOTS = ("bars", "grouped_bars", "accuracy_vs_flops", "lines")
-CHECKS = ("halving", "baseline", "best_per_group", "speed", "ordering", "gaps")
+PLOTS = ("bars", "grouped_bars", "accuracy_vs_flops", "lines", "curves")
+CHECKS = ("halving", "baseline", "best_per_group", "speed", "ordering", "gaps", "time_to_target")
 
 
 # --------------------------------------------------------------------------- collecting
@@ -554,7 +560,60 @@ def check_gaps(plan: Plan, collected: list[VariantResults]) -> list[str]:
     return lines or ["not enough results yet"]
 
 
+def run_curve(plan: Plan, variant: Variant, seed: int, x: str, y: str) -> list[tuple[float, float]]:
+    """(x, y) pairs of one run's metrics.csv rows that have both columns (e.g. the wall time since
+    fit started and the validation accuracy of each validation), in file order."""
+    import csv
+
+    path = plan.experiment_dir / variant.name / f"seed{seed}" / "metrics.csv"
+    if not path.exists():
+        return []
+    out = []
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            try:
+                out.append((float(row[x]), float(row[y])))
+            except (KeyError, TypeError, ValueError):
+                continue
+    return out
+
+
+def _curve_keys(plan: Plan) -> tuple[str, str]:
+    rep = plan.sweep.report
+    return str(rep.get("x", "time/fit_elapsed_s")), str(rep.get("y", "val/acc"))
+
+
+def check_time_to_target(plan: Plan, collected: list[VariantResults]) -> list[str]:
+    """Per variant: when each run's validation curve first reached ``report.target`` (a fraction,
+    e.g. 0.92) on ``report.x`` (wall seconds since fit started), and its test metric against the
+    target after the whole run, within ``report.budget_s`` or not."""
+    rep = plan.sweep.report
+    target, budget = rep.get("target"), rep.get("budget_s")
+    if not isinstance(target, (int, float)):
+        raise SweepError(f"{plan.sweep.path}: report.check=time_to_target needs report.target (e.g. 0.92)")
+    x, y = _curve_keys(plan)
+    m = plan.sweep.metric
+    lines = []
+    for vr in collected:
+        for r in vr.results:
+            seed = int(r.get("seed", -1))
+            curve = run_curve(plan, vr.variant, seed, x, y)
+            hit = next((t for t, v in curve if v >= target), None)
+            test = (r.get("test") or {}).get(m.key)
+            fit_s = _get(r, "training.fit_time_s")
+            within = "" if budget is None or fit_s is None else (" (within" if fit_s <= budget else " (over") + f" the {budget:g} s budget)"
+            reached = "n/a" if test is None else ("reached" if test >= target else "not reached")
+            lines.append(
+                f"{vr.variant.name} seed{seed}: {y} >= {target:g} first at {x} = "
+                + (f"{hit:.0f}" if hit is not None else "never")
+                + f"; {m.key} {'n/a' if test is None else f'{test * m.scale:.{m.digits}f}'}: target {reached} after "
+                f"{fmt_seconds(fit_s)} of fit{within}"
+            )
+    return lines or ["not enough results yet"]
+
+
 _CHECKERS = {
+    "time_to_target": check_time_to_target,
     "gaps": check_gaps,
     "halving": check_halving,
     "baseline": check_baseline,
@@ -658,6 +717,26 @@ def figure(plan: Plan, collected: list[VariantResults], path: Path) -> Path | No
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
         fig.suptitle(title, fontsize=10)
+
+    elif kind == "curves":
+        x, y = _curve_keys(plan)
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+        for i, vr in enumerate(collected):
+            for j, seed in enumerate(vr.seeds()):
+                curve = run_curve(plan, vr.variant, seed, x, y)
+                if curve:
+                    ax.plot([c[0] for c in curve], [c[1] for c in curve], marker=".", color=colors[i % len(colors)],
+                            alpha=0.85, label=vr.variant.name if j == 0 else None)  # fmt: skip
+        if isinstance(rep.get("target"), (int, float)):
+            ax.axhline(rep["target"], color="tab:red", linestyle="--", linewidth=1, label=f"target {rep['target']:g}")
+        if isinstance(rep.get("budget_s"), (int, float)):
+            ax.axvline(rep["budget_s"], color="gray", linestyle=":", linewidth=1, label=f"budget {rep['budget_s']:g} s")
+        ax.set_xlabel(rep.get("xlabel", x))
+        ax.set_ylabel(rep.get("ylabel", y))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        ax.set_title(f"{plan.sweep.title}\n{plan.experiment}: one line per run", fontsize=10)
 
     elif kind == "grouped_bars":
         x, hue = rep.get("x"), rep.get("hue")

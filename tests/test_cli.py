@@ -113,7 +113,11 @@ def test_fit_writes_a_complete_run_directory(tmp_path):
     assert cfg["model"]["init_args"]["net"]["init_args"]["patch_size"] == 4
     assert cfg["seed_everything"] == 0
     header = (d / "metrics.csv").read_text().splitlines()[0].split(",")
-    assert {"train/loss_step", "val/acc", "test/acc", "train/lr"} <= set(header)
+    assert {"train/loss_step", "val/acc", "test/acc", "train/lr", "time/fit_elapsed_s"} <= set(header)
+    with open(d / "metrics.csv") as f:  # wall time since fit started, in the rows of the validations
+        clock = [(float(r["time/fit_elapsed_s"]), r["val/acc"]) for r in csv.DictReader(f) if r["time/fit_elapsed_s"]]
+    assert len(clock) == 2 and all(acc for _, acc in clock)
+    assert 0 < clock[0][0] < clock[1][0] <= t["fit_time_s"]
     assert (d / "checkpoints" / "last.ckpt").is_file()
     assert Path(res["best"]["path"]).is_file() and res["best"]["monitor"] == "val/acc"
     assert not [p for p in d.iterdir() if p.name.endswith(".tmp")]

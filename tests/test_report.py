@@ -12,7 +12,7 @@ import yaml
 
 from reproductions.report import REPORT_FILE, collect, fmt_si, main as report_main, mean_std, table, write_report
 from reproductions.results import RESULTS_FILE, atomic_write_json
-from reproductions.sweep import make_plan
+from reproductions.sweep import SweepError, make_plan
 
 REPO = Path(__file__).resolve().parents[1]
 DIGITS = REPO / "reproductions/vit/configs/digits.yaml"
@@ -166,6 +166,62 @@ def test_report_figures_and_claim_checks_per_plot_kind(tmp_path):
     assert "additive vs dot: accuracy +0.00 points" in report.markdown
     assert "dot trains x3.00 as many images/s (300 ± 0 vs 100 ± 0)" in report.markdown
     assert (root / "att-smoke" / "attention.png").read_bytes()[:8] == PNG
+
+
+def test_lines_plot_and_gaps_check_over_model_families(tmp_path):
+    """The data-size report: one line per model family against training-set size, a few-shot
+    panel, and the gap of each claimed pair at each size with its trend."""
+    root = tmp_path / "runs"
+    sweep = write_sweep(
+        tmp_path / "size.yaml", axis="train_samples",
+        aliases={"n": "data.init_args.train_samples"},
+        variants=[{"name": "ViT", "axes": {"model": "ViT"}}, {"name": "ResNet", "axes": {"model": "ResNet"}}],
+        product={"n": [1000, 10000]},
+        columns=[{"key": "test/fewshot_5", "label": "5-shot (%)", "scale": 100}],
+        report={"plot": "lines", "x": "n", "hue": "model", "panels": ["test/fewshot_5"],
+                "check": "gaps", "along": "n", "pairs": [["ResNet", "ViT"]]},
+    )  # fmt: skip
+    accs = {"ViT,n=1000": (0.60, 0.30), "ResNet,n=1000": (0.70, 0.50), "ViT,n=10000": (0.85, 0.60), "ResNet,n=10000": (0.86, 0.62)}
+    for name, (acc, few) in accs.items():
+        for seed in range(2):
+            r = result(name, seed, acc + 0.01 * seed, flops=2e6 if name.startswith("ResNet") else 1e6)
+            r["test"]["test/fewshot_5"] = few
+            atomic_write_json(root / "size-smoke" / name / f"seed{seed}" / RESULTS_FILE, r)
+    report = write_report(make_plan(sweep, "smoke", root=root), out=io.StringIO())
+    md = report.markdown
+    assert "test acc. (%), n=1000: ResNet - ViT = +10.00 points (± 0.71 s.e.) (70.50 ± 0.71 vs 60.50 ± 0.71; FLOPs/image x2.00)" in md
+    assert "-> test acc. (%): ResNet - ViT shrinks from +10.00 at n=1000 to +1.00 at n=10000" in md
+    assert "-> 5-shot (%): ResNet - ViT shrinks from +20.00 at n=1000 to +2.00 at n=10000" in md
+    assert report.figures[0].name == "train_samples.png" and report.figures[0].read_bytes()[:8] == PNG
+
+    bad = write_sweep(tmp_path / "bad.yaml", axis="train_samples", variants=[{"name": "ViT", "axes": {"model": "ViT"}}],
+                      report={"plot": "lines", "x": "n", "hue": "model", "check": "gaps", "along": "n",
+                              "pairs": [["CNN", "ViT"]]})  # fmt: skip
+    with pytest.raises(SweepError, match=r"report.pairs, a list of \[a, b\] values of 'model': \['ViT'\]"):
+        write_report(make_plan(bad, "smoke", root=root), out=io.StringIO())
+
+
+def test_curves_plot_and_time_to_target_from_each_runs_metrics_csv(tmp_path):
+    """Time to accuracy: the validation accuracy against wall time of every run (its metrics.csv),
+    when each first reached the target, and whether its test accuracy reached it in the budget."""
+    root = tmp_path / "runs"
+    sweep = write_sweep(
+        tmp_path / "tta.yaml", axis="recipe", variants=[{"name": "fast"}, {"name": "slow"}],
+        report={"plot": "curves", "check": "time_to_target", "target": 0.92, "budget_s": 900},
+    )  # fmt: skip
+    rows = {"fast": [(100, 0.85), (400, 0.921), (800, 0.93)], "slow": [(300, 0.80), (900, 0.90), (1200, 0.915)]}
+    for name, curve in rows.items():
+        r = result(name, 0, curve[-1][1] - 0.001, fit_time=curve[-1][0] + 5)
+        run_dir = root / "tta-smoke" / name / "seed0"
+        atomic_write_json(run_dir / RESULTS_FILE, r)
+        lines = ["epoch,step,time/fit_elapsed_s,train/loss,val/acc"] + [f"0,{i},,1.0," for i in range(2)]
+        lines += [f"{i},{i * 10},{t},,{a}" for i, (t, a) in enumerate(curve)]
+        (run_dir / "metrics.csv").write_text("\n".join(lines) + "\n")
+    report = write_report(make_plan(sweep, "smoke", root=root, seeds=1), out=io.StringIO())
+    md = report.markdown
+    assert "fast seed0: val/acc >= 0.92 first at time/fit_elapsed_s = 400; test/acc 92.90: target reached after 13 min 25 s of fit (within the 900 s budget)" in md
+    assert "slow seed0: val/acc >= 0.92 first at time/fit_elapsed_s = never; test/acc 91.40: target not reached after 20 min 05 s of fit (over the 900 s budget)" in md
+    assert report.figures[0].read_bytes()[:8] == PNG
 
 
 def test_collect_reads_only_finished_results(tmp_path):
