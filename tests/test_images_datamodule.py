@@ -668,3 +668,29 @@ def test_one_process_sees_the_global_batches_of_many():
         for k in range(len(data) // global_batch):
             union = set().union(*(r[k * per_rank:(k + 1) * per_rank] for r in ranks))
             assert union == set(order[k * global_batch:(k + 1) * global_batch])
+
+
+def test_batched_crop_flip_is_torchvisions_crop_and_flip_per_image():
+    """CropFlip on a batch: every output image is some zero-padded crop of its input, flipped or
+    not (exactly what v2.RandomCrop(padding) + v2.RandomHorizontalFlip can produce); the offsets
+    cover all 2 pad + 1 positions per axis, both flips occur, images get their own draws; and a
+    seeded draw repeats."""
+    from datamodules.images import CropFlip
+
+    torch.manual_seed(0)
+    x = torch.randint(0, 256, (512, 2, 8, 6), dtype=torch.uint8)
+    aug = CropFlip(8, 6, pad_h=1, pad_w=2)
+    torch.manual_seed(1)
+    out = aug(x)
+    torch.manual_seed(1)
+    assert torch.equal(out, aug(x))
+    assert out.shape == x.shape and out.dtype == torch.uint8
+    padded = torch.nn.functional.pad(x, (2, 2, 1, 1))
+    seen = set()
+    for i in range(len(x)):
+        matches = [(dy, dx, f) for dy in range(3) for dx in range(5) for f in (False, True)
+                   if torch.equal(out[i], (lambda c: c.flip(-1) if f else c)(padded[i, :, dy:dy + 8, dx:dx + 6]))]
+        assert matches, i
+        seen.add(matches[0])
+    assert {d[0] for d in seen} == {0, 1, 2} and {d[1] for d in seen} == set(range(5)) and {d[2] for d in seen} == {False, True}
+    assert aug(x[0]).shape == x[0].shape  # one image
