@@ -5,7 +5,8 @@ Commands:
     sweep                          run an ablation grid (reproductions/sweep.py): variant x seed runs
     report                         a sweep's table beside the paper and its figures (reproductions/report.py)
     analyze                        attention analyses of a checkpoint or timm ViT (reproductions/analyze.py)
-    bench                          benchmarks that print ratios against a same-run reference
+    bench                          benchmarks with ratios against peers run in the same process (reproductions/bench.py):
+                                   trainer, vit, hybrid, data, bst, gpu
 """
 
 from __future__ import annotations

@@ -1,8 +1,38 @@
-"""The trainer benchmark runs both sides on the same batches and reports ratios (not a timing test)."""
+"""Benchmarks (reproductions/bench.py, reproductions/benchmarks/): each subcommand runs at tiny settings,
+reports ratios and writes its JSON; the references are what they claim to be. No timing assertions."""
 
 import json
 
+import pytest
+import torch
+import yaml
+
+from lightning_modules.model_stats import count_flops, count_parameters
 from reproductions.bench import main
+from reproductions.benchmarks import common
+from reproductions.benchmarks.bst import (
+    TorchEncoderBST, bst_kwargs, copy_block_weights, eval_data, our_bst, ours_auc, ours_gauc, ours_gauc_exact,
+    random_batch, reference_auc, reference_gauc,
+)
+from reproductions.benchmarks.gpu import table_peak
+from reproductions.benchmarks.vit import (
+    PROFILES, SHAPE_KEYS, flops_per_image, our_vit, position_variants, predicted_time_ratio, timm_vit,
+)
+from reproductions.results import REPO_ROOT
+
+TINY_RUN = ["--steps", "1", "--warmup", "1", "--rounds", "1", "--threads", "1"]  # one thread: steadier when shared
+
+
+def _run(tmp_path, *argv) -> dict:
+    out = tmp_path / f"{argv[0]}.json"
+    threads = torch.get_num_threads()
+    assert main([*argv, "--out", str(out)]) == 0
+    assert torch.get_num_threads() == threads  # --threads does not leak out of the run
+    result = json.loads(out.read_text())
+    assert result["benchmark"] == argv[0]
+    assert result["tables"] and all(t["rows"] for t in result["tables"])
+    assert result["versions"]["torch"] and "git" in result
+    return result
 
 
 def test_trainer_benchmark_writes_paired_ratios(tmp_path, capsys):
@@ -15,3 +45,174 @@ def test_trainer_benchmark_writes_paired_ratios(tmp_path, capsys):
     assert len(result["paired_ratios"]) == 2 and result["median_paired_ratio"] > 0
     assert result["ratio_lightning_over_plain"] == result["median_lightning"] / result["median_plain"]
     assert "ratio of medians" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------------- shared code
+def test_alternate_rotates_the_order_every_round():
+    calls = []
+    rates = common.alternate({n: (lambda n=n: calls.append(n) or 1.0) for n in "abc"}, 3, log=None)
+    assert "".join(calls) == "abc" + "bca" + "cab"
+    assert rates == {"a": [1.0] * 3, "b": [1.0] * 3, "c": [1.0] * 3}
+
+
+def test_growth_verdict_compares_with_the_flops_prediction():
+    assert common.growth_verdict(3.9, 4.0) == "matches FLOPs"
+    assert common.growth_verdict(2.0, 4.0).startswith("below")
+    assert common.growth_verdict(8.0, 4.0).startswith("above")
+
+
+def test_step_peak_memory_sees_a_large_temporary():
+    def step():
+        x = torch.ones(16 * 2**20 // 4)  # 16 MiB, written so its pages are resident
+        return float(x.sum())
+
+    peak = common.step_peak_memory(step, torch.device("cpu"))
+    if common.memory_method(torch.device("cpu")) == common.CPU_MEMORY_METHOD:
+        assert peak >= 15 * 2**20
+    else:  # the getrusage fallback is a lower bound
+        assert peak >= 0
+
+
+# ------------------------------------------------------------------------------------------- vit
+def test_vit_benchmark_covers_every_position_embedding_and_timm(tmp_path, capsys):
+    result = _run(tmp_path, "vit", "--img-size", "8", "--patch-size", "2", "--embed-dim", "16", "--depth", "1",
+                  "--num-heads", "2", "--batch-size", "2", "--scale-patches", "4,2", "--batch-sizes", "1,2",
+                  "--check-rounds", "2", *TINY_RUN)
+    pairs = [(r["pos_embed"], r["pos_placement"]) for r in result["position"]]
+    assert sorted(pairs) == sorted([("timm", "stem"), *position_variants()])
+    assert len(pairs) == 13  # 12 valid (kind, placement) pairs of models/position.py + timm
+    target = result["timm_target"]
+    assert target["params_ours"] == target["params_timm"]
+    assert target["ratio"] == target["ours"] / target["timm"] and target["target"] == 0.97
+    assert target["pass"] == (target["ratio"] >= 0.97)
+    assert len(target["ours_rates"]) == len(target["timm_rates"]) == len(target["paired_ratios"]) == 2
+    assert target["cpu_ratio"] == target["ours_cpu"] / target["timm_cpu"] > 0
+    for row in result["position"]:
+        assert row["median"] > 0 and row["forward_flops"] > 0 and row["flops_per_sec"] > 0
+        assert 0 < row["fraction_of_matmul"] and row["peak_bytes"] is not None
+    tokens, batch = result["token_scaling"], result["batch_scaling"]
+    assert [r["patch"] for r in tokens] == [4, 2] and [r["tokens"] for r in tokens] == [5, 17]
+    assert tokens[1]["predicted_time_ratio"] == tokens[1]["forward_flops"] / tokens[0]["forward_flops"] > 3
+    assert batch[1]["predicted_time_ratio"] == pytest.approx(2.0)  # same FLOPs per image, twice the images
+    assert all(r["growth"] and r["measured_time_ratio"] > 0 for r in tokens + batch)
+    assert all(v > 0 for v in result["matmul_flops_per_sec"].values())
+    assert result["memory_method"]
+    out = capsys.readouterr().out
+    assert ("PASS: ViT learned_1d/stem" in out) or ("FAIL: ViT learned_1d/stem" in out)
+    assert "of the measured fp32 matmul rate" in out
+
+
+@pytest.mark.parametrize("profile", ["cpu", "cuda"])
+def test_timm_reference_has_the_parameters_of_our_default_vit(profile):
+    shape = {k: PROFILES[profile][k] for k in SHAPE_KEYS}
+    ours, timm = our_vit(shape), timm_vit(shape)
+    assert count_parameters(ours) == count_parameters(timm)
+    assert [(n, p.shape) for n, p in ours.named_parameters()] == [(n, p.shape) for n, p in timm.named_parameters()]
+
+
+def test_flops_prediction_comes_from_count_flops():
+    shape = {k: PROFILES["cpu"][k] for k in SHAPE_KEYS}  # 32 px
+    f8, f4 = flops_per_image({**shape, "patch_size": 8}), flops_per_image({**shape, "patch_size": 4})
+    assert f4 == count_flops(our_vit({**shape, "patch_size": 4}), torch.zeros(1, 3, 32, 32))
+    assert predicted_time_ratio([f8, f4]) == [1.0, f4 / f8]
+    assert f4 / f8 > 3  # 4x the tokens: linear layers 4x, attention 16x
+
+
+# ------------------------------------------------------------------------------------------- hybrid
+def test_hybrid_benchmark_reads_the_configs_and_compares_layouts(tmp_path):
+    result = _run(tmp_path, "hybrid", "--batch-size", "2", *TINY_RUN)
+    for name, path in (("hybrid", "hybrid_fashion_mnist.yaml"), ("resnet", "resnet_fashion_mnist.yaml")):
+        config = yaml.safe_load((REPO_ROOT / "reproductions/vit/configs" / path).read_text())
+        assert result["configs"][name]["init_args"] == config["model"]["init_args"]["net"]["init_args"]
+    rows = {(r["model"], r["layout"]): r for r in result["models"]}
+    assert set(rows) == {("vit", None), ("hybrid", "contiguous"), ("hybrid", "channels_last"),
+                         ("resnet", "contiguous"), ("resnet", "channels_last")}
+    for model in ("hybrid", "resnet"):
+        cl, contiguous = rows[(model, "channels_last")], rows[(model, "contiguous")]
+        assert cl["channels_last_over_contiguous"] == cl["median"] / contiguous["median"]
+        assert cl["params"] == contiguous["params"] and cl["forward_flops"] == contiguous["forward_flops"]
+    assert all(r["flops_per_sec"] > 0 and r["fraction_of_matmul"] > 0 for r in rows.values())
+
+
+# ------------------------------------------------------------------------------------------- data
+def test_data_benchmark_compares_loaders_with_model_steps(tmp_path, capsys):
+    result = _run(tmp_path, "data", "--source", "digits", "--behavior-samples", "2000", "--batch-size", "8",
+                  "--data-steps", "2", *TINY_RUN)
+    for side, net in (("images", "models.vit.ViT"), ("behaviour", "models.ctr.BST")):
+        r = result[side]
+        assert r["net"] == net and r["batch_size"] == 8 and r["target"] == 2.0
+        assert r["ratio"] == r["median_loader"] / r["median_model"] and r["pass"] == (r["ratio"] >= 2.0)
+    assert result["images"]["source"] == "digits" and result["images"]["augment"] == "crop_flip"
+    assert "target >= 2x" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------------------- bst
+def test_bst_benchmark_grid_and_evaluation(tmp_path, capsys):
+    result = _run(tmp_path, "bst", "--seq-lens", "4,6", "--blocks", "1,2", "--batch-size", "4", *TINY_RUN,
+                  "--n-preds", "20000", "--n-users", "100", "--ref-users", "20")
+    grid = [(r["seq_len"], r["blocks"]) for r in result["training"]]
+    assert grid == [(4, 1), (4, 2), (6, 1), (6, 2)]
+    for r in result["training"]:
+        assert r["ours"]["params"] == r["reference"]["params"]
+        assert r["ratio"] == r["ours"]["median"] / r["reference"]["median"]
+    ev = result["evaluation"]
+    assert ev["agree"] and ev["n_preds"] == 20000 and ev["n_preds_subset"] < 20000
+    assert ev["checks"]["gauc_subset_abs_diff"] <= 1e-9 and ev["checks"]["auc_abs_diff"] <= 1e-5
+    assert ev["values"]["gauc_ours_subset"] == pytest.approx(ev["values"]["gauc_reference_subset"], abs=1e-6)
+    out = capsys.readouterr().out
+    assert "AGREE" in out and ("PASS: BST" in out or "FAIL: BST" in out)
+
+
+@pytest.mark.parametrize("blocks", [1, 3])
+def test_transformer_encoder_reference_is_bst_with_torch_blocks(blocks):
+    """Same parameter count, and with BST's weights copied over the same outputs (eval mode, padding included)."""
+    kwargs = bst_kwargs()
+    bst = our_bst(kwargs, seq_len=10, blocks=blocks)
+    ref = TorchEncoderBST(bst)
+    assert count_parameters(ref) == count_parameters(bst)
+    assert len(ref.encoder.layers) == blocks and len(bst.blocks) == blocks  # building the reference left BST intact
+    layer = ref.encoder.layers[0]
+    assert layer.norm_first is False and layer.self_attn.batch_first and layer.self_attn.dropout == 0.0
+    assert layer.dropout.p == 0.0 and layer.dropout1.p == layer.dropout2.p == bst.blocks[0].dropout.p == 0.2
+    copy_block_weights(bst, ref)
+    batch = random_batch(kwargs, 16, 10)
+    assert not batch["hist_mask"].all()  # some padding
+    bst.eval(), ref.eval()
+    torch.testing.assert_close(ref(batch), bst(batch), rtol=1e-5, atol=1e-5)
+
+
+def test_evaluation_metrics_agree_with_sklearn():
+    data = eval_data(30_000, 300)
+    cpu = torch.device("cpu")
+    assert ours_gauc_exact(data, cpu) == pytest.approx(reference_gauc(data), abs=1e-9)
+    assert ours_gauc(data, 4096, cpu) == pytest.approx(reference_gauc(data), abs=1e-6)  # compute() is float32
+    assert ours_auc(data, 4096, cpu) == pytest.approx(reference_auc(data), abs=1e-5)
+
+
+# ------------------------------------------------------------------------------------------- gpu
+def test_gpu_check_exits_2_without_cuda(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    out = tmp_path / "gpu.json"
+    assert main(["gpu", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "no CUDA device" in err and "--device cpu --tiny" in err
+    assert not out.exists()
+
+
+def test_gpu_check_runs_tiny_on_cpu(tmp_path, capsys):
+    result = _run(tmp_path, "gpu", "--device", "cpu", "--tiny", "--rounds", "1", "--threads", "1")
+    assert result["device_name"] == "cpu" and result["peak_source"].startswith("measured")
+    assert result["peak_flops"] == result["measured_bf16_matmul_flops_per_sec"] > 0
+    assert result["vit"]["mfu"] > 0 and result["vit"]["ratio_to_timm"] > 0
+    items = result["vit"]["comparison"]["items"]
+    assert len({v["params"] for v in items.values()}) == 1  # ours and timm: same parameter count
+    assert result["bst"]["training"] and all(r["ours"]["mfu"] > 0 for r in result["bst"]["training"])
+    assert "MFU" in capsys.readouterr().out
+
+
+def test_peak_table_by_device_name():
+    assert table_peak("NVIDIA H100 80GB HBM3") == 989e12
+    assert table_peak("NVIDIA H200") == 989e12
+    assert table_peak("NVIDIA H100 PCIe") == 756e12
+    assert table_peak("NVIDIA A100-SXM4-80GB") == 312e12
+    assert table_peak("Tesla T4") is None

@@ -1,0 +1,358 @@
+"""``bench bst``: BST training against an ``nn.TransformerEncoder`` BST, and AUC/GAUC evaluation throughput.
+
+1. **Training.** Samples/s and peak memory of ``models.ctr.BST`` (``reproductions/bst/configs/
+   bst.yaml``'s keywords: width 64, 8 heads, feed-forward 256, dropout 0.2, post-LN, MLP
+   1024-512-256) over sequence lengths (20, 50, 100, 200) x transformer blocks (1, 2, 3), against
+   ``TorchEncoderBST``: the same embeddings, position feature and MLP head with the blocks replaced
+   by ``torch.nn.TransformerEncoder`` (batch_first, the same d_model, heads, feed-forward width and
+   activation, post-LN, dropout 0.2 after attention and after the feed-forward, none on the
+   attention weights or inside the feed-forward, as BST's block; a key-padding mask), the form
+   public PyTorch BST implementations take. Both have the same parameter count and, with the
+   weights copied over (``copy_block_weights``), the same outputs (tested). The step is BCE on
+   the logits (as ``lightning_modules.ctr.CTRModule``), backward, AdamW, on the same random
+   batches (left-padded histories of random length). Target: ours >= 1.0x the reference
+   (geometric mean over the grid; PASS/FAIL per shape too).
+2. **Evaluation.** AUC and GAUC of 10^6 predictions over 10^4 users, fed in batches of 4096 as
+   evaluation does: ``lightning_modules.metrics.GroupAUROC`` and torchmetrics ``BinaryAUROC``
+   (update + compute) against scikit-learn: ``roc_auc_score`` on all predictions (AUC) and
+   ``roc_auc_score`` per user in a Python loop, impressions-weighted (GAUC), on the users with the
+   lowest ids (``--ref-users``, 1000 by default; GroupAUROC is timed on that subset too, so the
+   ratio compares equal work). The values must agree (GAUC to 1e-9, AUC to 1e-5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import math
+from functools import partial
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from models.ctr import BST, masked_mean
+from reproductions.benchmarks.common import (
+    Report, Table, TrainStep, add_run_args, alternate, bce_with_logits, compare, config_net, fmt_flops, fmt_fraction,
+    fmt_mib, fmt_rate, fmt_ratio, int_list, measure_rate, median, memory_method, pass_fail, read_config, run_settings,
+    setup_run,
+)
+
+NAME = "bst"
+HELP = "BST vs an nn.TransformerEncoder BST over sequence length and blocks (target >= 1.0x); AUC/GAUC throughput"
+CONFIG = "reproductions/bst/configs/bst.yaml"
+TARGET = 1.0
+GAUC_TOLERANCE = 1e-9
+AUC_TOLERANCE = 1e-5
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", default=CONFIG, help=f"BST config whose net keywords are used (default {CONFIG})")
+    parser.add_argument("--seq-lens", dest="seq_lens", type=int_list, default=[20, 50, 100, 200])
+    parser.add_argument("--blocks", type=int_list, default=[1, 2, 3])
+    parser.add_argument("--amp", choices=["none", "bf16"], default="none", help="autocast dtype (default fp32)")
+    parser.add_argument("--n-preds", dest="n_preds", type=int, default=1_000_000, help="predictions to evaluate")
+    parser.add_argument("--n-users", dest="n_users", type=int, default=10_000, help="users (GAUC groups)")
+    parser.add_argument("--ref-users", dest="ref_users", type=int, default=1_000,
+                        help="users the per-user scikit-learn loop (and GroupAUROC beside it) is timed on")
+    parser.add_argument("--eval-batch", dest="eval_batch", type=int, default=4096, help="predictions per update")
+    parser.add_argument("--skip-eval", dest="skip_eval", action="store_true", help="only the training table")
+    add_run_args(parser, rounds=3, steps=3, warmup=1, batch_size=64)
+
+
+# --------------------------------------------------------------------------------------------- models
+def bst_kwargs(config_path: str = CONFIG) -> dict:
+    class_path, kwargs = config_net(read_config(config_path))
+    if class_path.rpartition(".")[2] != "BST":
+        raise ValueError(f"{config_path} configures {class_path}, not models.ctr.BST")
+    return kwargs
+
+
+def our_bst(kwargs: dict, seq_len: int, blocks: int, seed: int = 0) -> BST:
+    torch.manual_seed(seed)
+    return BST(**{**kwargs, "seq_len": seq_len, "num_blocks": blocks})
+
+
+class TorchEncoderBST(nn.Module):
+    """BST with ``torch.nn.TransformerEncoder`` in place of its blocks (the reference).
+
+    Built from a ``BST``: a copy of its embeddings, position feature and MLP head (``self.bst``,
+    without blocks) and a post-LN ``TransformerEncoder`` with one layer per BST block, shaped as
+    BST's block: d_model = BST's width, the same heads, feed-forward width and LeakyReLU slope,
+    dropout after attention and after the feed-forward (BST's ``dropout``), BST's attention-weight
+    dropout (``attn_dropout``, 0 by default) and no dropout inside the feed-forward (BST has none
+    there; ``TransformerEncoderLayer`` would add one). Parameters: ``in_proj`` = BST's ``qkv``,
+    ``out_proj`` = ``proj``, ``linear1``/``linear2`` = ``ffn``, the two LayerNorms: the same count.
+    """
+
+    def __init__(self, bst: BST) -> None:
+        super().__init__()
+        block = bst.blocks[0]
+        ffn_in, act, _ = block.ffn
+        layer = nn.TransformerEncoderLayer(
+            d_model=bst.dim, nhead=block.num_heads, dim_feedforward=ffn_in.out_features, dropout=block.dropout.p,
+            activation=partial(F.leaky_relu, negative_slope=act.negative_slope), batch_first=True, norm_first=False,
+        )
+        layer.self_attn.dropout = block.attn_dropout  # on the attention weights, as BST's attn_dropout
+        layer.dropout = nn.Dropout(0.0)  # inside the feed-forward: BST has none
+        self.encoder = nn.TransformerEncoder(layer, num_layers=len(bst.blocks), enable_nested_tensor=False)
+        blocks, bst.blocks = bst.blocks, nn.ModuleList()
+        try:
+            self.bst = copy.deepcopy(bst)  # embeddings, position feature, head; no blocks
+        finally:
+            bst.blocks = blocks
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        x, mask = self.bst.embed_sequence(batch)
+        x = self.encoder(x, src_key_padding_mask=~mask)
+        pooled = x[:, -1] if self.bst.seq_pooling == "target" else masked_mean(x, mask)
+        h = torch.cat([pooled, self.bst.features.other(batch)], dim=-1)
+        return self.bst.head(h).squeeze(-1)
+
+
+@torch.no_grad()
+def copy_block_weights(bst: BST, ref: TorchEncoderBST) -> None:
+    """Give the reference BST's weights (blocks and the rest), so both compute the same function."""
+    ref.bst.load_state_dict({k: v for k, v in bst.state_dict().items() if not k.startswith("blocks.")})
+    for block, layer in zip(bst.blocks, ref.encoder.layers, strict=True):
+        layer.self_attn.in_proj_weight.copy_(block.qkv.weight)
+        layer.self_attn.in_proj_bias.copy_(block.qkv.bias)
+        layer.self_attn.out_proj.weight.copy_(block.proj.weight)
+        layer.self_attn.out_proj.bias.copy_(block.proj.bias)
+        layer.linear1.load_state_dict(block.ffn[0].state_dict())
+        layer.linear2.load_state_dict(block.ffn[2].state_dict())
+        layer.norm1.load_state_dict(block.norm1.state_dict())
+        layer.norm2.load_state_dict(block.norm2.state_dict())
+
+
+def random_batch(kwargs: dict, batch_size: int, seq_len: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    """A batch in ``models/ctr.py``'s format within the config's vocabularies: histories of random
+    length 1..seq_len, left-padded with 0; position buckets >= 2 on real items."""
+    g = torch.Generator().manual_seed(seed)
+    ids = lambda high, *shape: torch.randint(1, high, shape, generator=g)  # noqa: E731
+    lengths = torch.randint(1, seq_len + 1, (batch_size,), generator=g)
+    mask = torch.arange(seq_len)[None, :] >= (seq_len - lengths)[:, None]
+    profile = [ids(size, batch_size) for size in kwargs.get("profile_sizes", ())]
+    return {
+        "user": ids(kwargs.get("n_users") or 2, batch_size),
+        "user_features": torch.stack(profile, 1) if profile else torch.zeros(batch_size, 0, dtype=torch.long),
+        "target_item": ids(kwargs["n_items"], batch_size),
+        "target_category": ids(kwargs["n_categories"], batch_size),
+        "hist_items": ids(kwargs["n_items"], batch_size, seq_len) * mask,
+        "hist_categories": ids(kwargs["n_categories"], batch_size, seq_len) * mask,
+        "hist_positions": torch.randint(2, kwargs.get("n_position_buckets", 24), (batch_size, seq_len), generator=g) * mask,
+        "hist_mask": mask,
+        "label": torch.randint(0, 2, (batch_size,), generator=g).float(),
+    }
+
+
+def ctr_batches(kwargs: dict, batch_size: int, seq_len: int) -> list[tuple[dict, torch.Tensor]]:
+    return [(b, b["label"]) for b in (random_batch(kwargs, batch_size, seq_len, seed) for seed in (0, 1))]
+
+
+def training_grid(kwargs: dict, *, seq_lens: list[int], blocks: list[int], batch_size: int, device: torch.device,
+                  amp_dtype: torch.dtype | None, rounds: int, steps: int, warmup: int, matmul_dtype=torch.float32):
+    """Our BST and the reference at every (sequence length, blocks), alternated: (Comparison, rows)."""
+    train_steps, shapes = {}, []
+    for L in seq_lens:
+        batches = ctr_batches(kwargs, batch_size, L)
+        for b in blocks:
+            ours = our_bst(kwargs, L, b)
+            ref = TorchEncoderBST(our_bst(kwargs, L, b))
+            train_steps[f"L{L} b{b} ours"] = TrainStep(ours, batches, bce_with_logits, device=device, amp_dtype=amp_dtype)
+            train_steps[f"L{L} b{b} ref"] = TrainStep(ref, batches, bce_with_logits, device=device, amp_dtype=amp_dtype)
+            shapes.append((L, b))
+    cmp = compare(train_steps, rounds=rounds, steps_per_measure=steps, warmup=warmup, device=device,
+                  matmul_dtype=matmul_dtype)
+    rows = []
+    for L, b in shapes:
+        ours, ref = cmp[f"L{L} b{b} ours"], cmp[f"L{L} b{b} ref"]
+        rows.append({"seq_len": L, "blocks": b, "ours": ours.to_json(), "reference": ref.to_json(),
+                     "ratio": ours.median / ref.median,
+                     "paired_ratios": [a / c for a, c in zip(ours.rates, ref.rates)]})
+    return cmp, rows
+
+
+def geometric_mean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def training_table(rows: list[dict], title: str, notes: list[str], peak_flops: float | None = None) -> Table:
+    """The grid's table; with ``peak_flops`` (FLOP/s) also both sides' model FLOPs utilisation."""
+    mfu = ["BST MFU", "reference MFU"] if peak_flops else []
+    table = Table(title, ["seq_len", "blocks", "params", "MFLOPs/sample", "BST samples/s", "reference samples/s",
+                          "BST x reference", f">= {TARGET:g}x", *mfu, "BST peak MiB", "reference peak MiB"])
+    for r in rows:
+        ours, ref = r["ours"], r["reference"]
+        utilisation = [fmt_fraction(ours["flops_per_sec"] / peak_flops),
+                       fmt_fraction(ref["flops_per_sec"] / peak_flops)] if peak_flops else []
+        table.add(r["seq_len"], r["blocks"], f"{ours['params']:,}" + ("" if ours["params"] == ref["params"] else
+                                                                      f" / {ref['params']:,}"),
+                  fmt_flops(ours["forward_flops"]), fmt_rate(ours["median"]), fmt_rate(ref["median"]),
+                  fmt_ratio(r["ratio"]), pass_fail(r["ratio"], TARGET), *utilisation, fmt_mib(ours["peak_bytes"]),
+                  fmt_mib(ref["peak_bytes"]))
+    table.notes += notes
+    return table
+
+
+# --------------------------------------------------------------------------------------------- evaluation
+def eval_data(n_preds: int, n_users: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Predictions (float32 multiples of 2^-12, so ties occur and both sides see the same values),
+    labels drawn from them with a per-user offset, users 0..n_users-1 uniformly."""
+    rng = np.random.default_rng(seed)
+    users = rng.integers(0, n_users, n_preds)
+    preds = (np.round(rng.random(n_preds) * 4096) / 4096).astype(np.float32)
+    offset = rng.normal(0.0, 1.0, n_users)[users]
+    labels = (rng.random(n_preds) < 1 / (1 + np.exp(-(4 * (preds - 0.5) + offset)))).astype(np.int64)
+    return {"preds": preds, "labels": labels, "users": users}
+
+
+def ours_gauc(data: dict, batch: int, device: torch.device) -> float:
+    from lightning_modules.metrics import GroupAUROC
+
+    metric = GroupAUROC().to(device)
+    p, y, u = (torch.from_numpy(data[k]).to(device) for k in ("preds", "labels", "users"))
+    for i in range(0, len(p), batch):
+        metric.update(p[i:i + batch], y[i:i + batch], u[i:i + batch])
+    return float(metric.compute())
+
+
+def ours_gauc_exact(data: dict, device: torch.device) -> float:
+    """GroupAUROC's float64 value (``compute`` returns float32) for the agreement check."""
+    from lightning_modules.metrics import group_auroc
+
+    p, y, u = (torch.from_numpy(data[k]).to(device) for k in ("preds", "labels", "users"))
+    return float(group_auroc(p.float(), y, u))
+
+
+def ours_auc(data: dict, batch: int, device: torch.device) -> float:
+    from torchmetrics.classification import BinaryAUROC
+
+    metric = BinaryAUROC().to(device)
+    p, y = (torch.from_numpy(data[k]).to(device) for k in ("preds", "labels"))
+    for i in range(0, len(p), batch):
+        metric.update(p[i:i + batch], y[i:i + batch])
+    return float(metric.compute())
+
+
+def reference_gauc(data: dict) -> float:
+    """GAUC by scikit-learn, one ``roc_auc_score`` per user with both labels, weighted by impressions."""
+    from sklearn.metrics import roc_auc_score
+
+    order = np.argsort(data["users"], kind="stable")
+    users, preds, labels = data["users"][order], data["preds"][order].astype(np.float64), data["labels"][order]
+    starts = np.flatnonzero(np.r_[True, users[1:] != users[:-1]])
+    total = weight = 0.0
+    for s, e in zip(starts, np.r_[starts[1:], len(users)]):
+        y = labels[s:e]
+        if 0 < y.sum() < len(y):
+            total += roc_auc_score(y, preds[s:e]) * len(y)
+            weight += len(y)
+    return total / weight if weight else float("nan")
+
+
+def reference_auc(data: dict) -> float:
+    from sklearn.metrics import roc_auc_score
+
+    return float(roc_auc_score(data["labels"], data["preds"].astype(np.float64)))
+
+
+def subset(data: dict, n_users: int) -> dict[str, np.ndarray]:
+    keep = data["users"] < n_users
+    return {k: v[keep] for k, v in data.items()}
+
+
+def evaluation(args, device: torch.device) -> tuple[dict, Table, list[str]]:
+    data = eval_data(args.n_preds, args.n_users)
+    small = subset(data, min(args.ref_users, args.n_users))
+    n, n_small = len(data["preds"]), len(small["preds"])
+    values: dict[str, float] = {}
+
+    def timed(name: str, fn, items: int):
+        """One whole evaluation per measurement (predictions/s); its value is kept for the agreement check."""
+        def call() -> float:
+            return measure_rate(lambda: values.__setitem__(name, fn()), steps=1, warmup=0, items_per_step=items,
+                                device=device)
+        return call
+
+    candidates = {
+        "GroupAUROC, all": timed("gauc_ours", lambda: ours_gauc(data, args.eval_batch, device), n),
+        "GroupAUROC, subset": timed("gauc_ours_subset", lambda: ours_gauc(small, args.eval_batch, device), n_small),
+        "sklearn per-user loop, subset": timed("gauc_reference_subset", lambda: reference_gauc(small), n_small),
+        "BinaryAUROC, all": timed("auc_ours", lambda: ours_auc(data, args.eval_batch, device), n),
+        "sklearn roc_auc_score, all": timed("auc_reference", lambda: reference_auc(data), n),
+    }
+    print(f"[bst] evaluation: {n:,} predictions, {args.n_users:,} users; per-user loop on {n_small:,}", flush=True)
+    rates = alternate(candidates, args.rounds, unit="predictions/s")
+    med = {k: median(v) for k, v in rates.items()}
+    gauc_exact_subset = ours_gauc_exact(small, device)
+    checks = {
+        "gauc_subset_abs_diff": abs(gauc_exact_subset - values["gauc_reference_subset"]),
+        "gauc_metric_float32_abs_diff": abs(values["gauc_ours_subset"] - values["gauc_reference_subset"]),
+        "auc_abs_diff": abs(values["auc_ours"] - values["auc_reference"]),
+    }
+    agree = checks["gauc_subset_abs_diff"] <= GAUC_TOLERANCE and checks["auc_abs_diff"] <= AUC_TOLERANCE
+    gauc_ratio = med["GroupAUROC, subset"] / med["sklearn per-user loop, subset"]
+    auc_ratio = med["BinaryAUROC, all"] / med["sklearn roc_auc_score, all"]
+    table = Table(f"AUC and GAUC evaluation throughput ({n:,} predictions, {args.n_users:,} users, {device.type})",
+                  ["metric", "implementation", "predictions", "predictions/s", "x reference", "value"])
+    table.add("GAUC", "GroupAUROC (update + compute)", f"{n:,}", fmt_rate(med["GroupAUROC, all"]), "-",
+              f"{values['gauc_ours']:.6f}")
+    table.add("GAUC", "GroupAUROC (update + compute)", f"{n_small:,}", fmt_rate(med["GroupAUROC, subset"]),
+              fmt_ratio(gauc_ratio), f"{gauc_exact_subset:.9f}")
+    table.add("GAUC", "sklearn roc_auc_score per user (loop)", f"{n_small:,}",
+              fmt_rate(med["sklearn per-user loop, subset"]), fmt_ratio(1.0), f"{values['gauc_reference_subset']:.9f}")
+    table.add("AUC", "torchmetrics BinaryAUROC (update + compute)", f"{n:,}", fmt_rate(med["BinaryAUROC, all"]),
+              fmt_ratio(auc_ratio), f"{values['auc_ours']:.6f}")
+    table.add("AUC", "sklearn roc_auc_score", f"{n:,}", fmt_rate(med["sklearn roc_auc_score, all"]), fmt_ratio(1.0),
+              f"{values['auc_reference']:.6f}")
+    table.notes += [
+        f"updates of {args.eval_batch} predictions, as evaluation feeds them; subset: the {min(args.ref_users, args.n_users):,} "
+        "users with the lowest ids (the per-user loop and GroupAUROC on the same predictions).",
+        f"agreement: GAUC |diff| {checks['gauc_subset_abs_diff']:.1e} (float64; compute() returns float32: "
+        f"{checks['gauc_metric_float32_abs_diff']:.1e}), AUC |diff| {checks['auc_abs_diff']:.1e}; "
+        f"median of {args.rounds} alternating rounds.",
+    ]
+    verdicts = [
+        f"{'AGREE' if agree else 'DISAGREE'}: GAUC {gauc_exact_subset:.9f} vs sklearn {values['gauc_reference_subset']:.9f}, "
+        f"AUC {values['auc_ours']:.6f} vs sklearn {values['auc_reference']:.6f}",
+        f"evaluation: GroupAUROC {gauc_ratio:,.1f}x the per-user sklearn loop; BinaryAUROC {auc_ratio:.2f}x sklearn "
+        "roc_auc_score",
+    ]
+    result = {"n_preds": n, "n_users": args.n_users, "n_preds_subset": n_small, "ref_users": args.ref_users,
+              "rates": rates, "medians": med, "values": values, "gauc_exact_subset": gauc_exact_subset,
+              "checks": checks, "agree": agree, "gauc_ratio": gauc_ratio, "auc_ratio": auc_ratio}
+    return result, table, verdicts
+
+
+# --------------------------------------------------------------------------------------------- run
+def run(args: argparse.Namespace) -> Report:
+    device = setup_run(args)
+    kwargs = bst_kwargs(args.config)
+    amp = torch.bfloat16 if args.amp == "bf16" else None
+    print(f"[bst] training: seq_len {args.seq_lens} x blocks {args.blocks}, batch {args.batch_size}", flush=True)
+    cmp, rows = training_grid(kwargs, seq_lens=args.seq_lens, blocks=args.blocks, batch_size=args.batch_size,
+                              device=device, amp_dtype=amp, rounds=args.rounds, steps=args.steps, warmup=args.warmup)
+    overall = geometric_mean([r["ratio"] for r in rows])
+    table = training_table(rows, f"BST vs nn.TransformerEncoder BST, training samples/s (batch {args.batch_size}, "
+                                 f"{device.type}{', bf16' if amp else ''})", [
+        "reference: the same embeddings and MLP head, blocks = torch.nn.TransformerEncoder (post-LN, batch_first, "
+        "same width, heads, feed-forward, dropout placement); params equal (else BST / reference).",
+        f"peak MiB: {memory_method(device)}.",
+        f"median of {args.rounds} alternating rounds x {args.steps} steps; {torch.get_num_threads()} thread(s); "
+        f"geometric mean of BST x reference: {overall:.3f}x.",
+    ])
+    verdicts = [f"{pass_fail(overall, TARGET)}: BST vs nn.TransformerEncoder BST: {overall:.3f}x (geometric mean over "
+                f"{len(rows)} shapes; target >= {TARGET:g}x; per shape: "
+                f"{sum(r['ratio'] >= TARGET for r in rows)}/{len(rows)} pass)"]
+    result = {"settings": run_settings(args, device, amp=args.amp), "net": kwargs, "memory_method": memory_method(device),
+              "training": rows, "training_geomean_ratio": overall, "training_pass": overall >= TARGET,
+              "matmul_flops_per_sec": cmp.matmul}
+    tables = [table]
+    if not args.skip_eval:
+        eval_result, eval_table, eval_verdicts = evaluation(args, device)
+        result["evaluation"] = eval_result
+        tables.append(eval_table)
+        verdicts += eval_verdicts
+    return Report(NAME, result, tables, verdicts)
