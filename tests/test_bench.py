@@ -2,6 +2,7 @@
 reports ratios and writes its JSON; the references are what they claim to be. No timing assertions."""
 
 import json
+import statistics
 
 import pytest
 import torch
@@ -143,7 +144,11 @@ def test_data_benchmark_compares_loaders_with_model_steps(tmp_path, capsys):
         assert r["net"] == net and r["batch_size"] == 8 and r["target"] == 2.0
         assert r["ratio"] == r["median_loader"] / r["median_model"] and r["pass"] == (r["ratio"] >= 2.0)
     assert result["images"]["source"] == "digits" and result["images"]["augment"] == "crop_flip"
-    assert "target >= 2x" in capsys.readouterr().out
+    aug = result["augmentation"]
+    assert len(aug["before_images_per_sec"]) == len(aug["after_images_per_sec"]) >= 1
+    assert aug["ratio"] == pytest.approx(statistics.median(aug["after_images_per_sec"]) / statistics.median(aug["before_images_per_sec"]))
+    out = capsys.readouterr().out
+    assert "target >= 2x" in out and "batched CropFlip (after)" in out
 
 
 # ------------------------------------------------------------------------------------------- bst

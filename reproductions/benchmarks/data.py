@@ -11,6 +11,11 @@
   generated in memory) against that config's BST training steps/s (loss as
   ``lightning_modules.ctr.CTRModule``'s: BCE on the logits).
 
+- **Augmentation.** The batched random crop + flip (``datamodules.images.CropFlip``, one gather per
+  batch) against the per-image torchvision loop it replaced (``v2.RandomCrop(padding)`` +
+  ``v2.RandomHorizontalFlip`` on each uint8 image, then ``torch.stack``), on the same batches:
+  the before/after ratio of that optimisation.
+
 Target: loader batches/s >= 2x the model's steps/s (the loader, running in the training
 process with ``num_workers`` from the config, then takes at most a third of the step time).
 Loader and model alternate over the rounds (``reproductions.benchmarks.common``).
@@ -154,5 +159,38 @@ def run(args: argparse.Namespace) -> Report:
         f"{sides['images'][2]['setup_seconds']:.1f} s, behaviour {sides['behaviour'][2]['setup_seconds']:.1f} s "
         "(not timed above).",
     ]
-    result = {"settings": run_settings(args, device), **rows}
-    return Report(NAME, result, [table], verdicts)
+    aug_table, aug_row = augmentation_table(sides["images"][2], args)
+    verdicts.append(f"augmentation: batched CropFlip {aug_row['ratio']:.1f}x the per-image torchvision loop it replaced")
+    result = {"settings": run_settings(args, device), **rows, "augmentation": aug_row}
+    return Report(NAME, result, [table, aug_table], verdicts)
+
+
+def augmentation_table(info: dict, args: argparse.Namespace) -> tuple[Table, dict]:
+    """Images/s of the batched CropFlip against the per-image torchvision crop + flip (before)."""
+    from torchvision.transforms import v2
+
+    from datamodules.images import CropFlip
+
+    torch.manual_seed(0)
+    shape = (info["batch_size"], 1, 28, 28) if info["source"] == "fashion_mnist" else (info["batch_size"], 1, 8, 8)
+    images = torch.randint(0, 256, shape, dtype=torch.uint8)
+    h, w = shape[-2:]
+    pad_h, pad_w = max(1, h // 8), max(1, w // 8)
+    batched = CropFlip(h, w, pad_h=pad_h, pad_w=pad_w)
+    per_image = v2.Compose([v2.RandomCrop((h, w), padding=[pad_w, pad_h]), v2.RandomHorizontalFlip()])
+    n = shape[0]
+    steps = max(5, args.data_steps)
+    rates = alternate({
+        "per-image torchvision (before)": lambda: measure_rate(lambda: torch.stack([per_image(x) for x in images]),
+                                                               steps=steps, warmup=1, items_per_step=n, device=torch.device("cpu")),
+        "batched CropFlip (after)": lambda: measure_rate(lambda: batched(images), steps=steps, warmup=1,
+                                                         items_per_step=n, device=torch.device("cpu")),
+    }, args.rounds, unit="images/s")  # fmt: skip
+    before, after = median(rates["per-image torchvision (before)"]), median(rates["batched CropFlip (after)"])
+    table = Table(f"Augmentation: random crop (padding {pad_h}) + flip of uint8 {h}x{w} batches of {n}",
+                  ["implementation", "images/s", "x before"])
+    table.add("per-image torchvision loop (before)", fmt_rate(before), fmt_ratio(1.0))
+    table.add("batched CropFlip (after)", fmt_rate(after), fmt_ratio(after / before))
+    table.notes.append(f"median of {args.rounds} alternating rounds x {steps} batches; {torch.get_num_threads()} thread(s)")
+    return table, {"before_images_per_sec": rates["per-image torchvision (before)"],
+                   "after_images_per_sec": rates["batched CropFlip (after)"], "ratio": after / before}
