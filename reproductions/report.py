@@ -730,6 +730,8 @@ def figure(plan: Plan, collected: list[VariantResults], path: Path) -> Path | No
                             alpha=0.85, label=vr.variant.name if j == 0 else None)  # fmt: skip
         if isinstance(rep.get("target"), (int, float)):
             ax.axhline(rep["target"], color="tab:red", linestyle="--", linewidth=1, label=f"target {rep['target']:g}")
+            low, high = ax.get_ylim()
+            ax.set_ylim(low, max(high, rep["target"] + 0.1 * (high - low)))  # the target line clear of the frame
         if isinstance(rep.get("budget_s"), (int, float)):
             ax.axvline(rep["budget_s"], color="gray", linestyle=":", linewidth=1, label=f"budget {rep['budget_s']:g} s")
         ax.set_xlabel(rep.get("xlabel", x))
