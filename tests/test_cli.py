@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -300,7 +301,6 @@ def test_two_process_ddp_matches_one_process(tmp_path):
 
 
 def epoch_losses(root: Path) -> list[float]:
-    import csv
 
     with open(run_dir(root) / "metrics.csv") as f:
         return [float(r["train/loss_epoch"]) for r in csv.DictReader(f) if r.get("train/loss_epoch")]

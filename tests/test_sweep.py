@@ -56,13 +56,15 @@ def config_value(cfg: dict, key: str):
 
 
 def sets(resolved, given) -> bool:
-    """The resolved config value holds the override: equal scalars; for mappings every given key
+    """The resolved config value holds the override: equal scalars (or the scalar's word, where the
+    type is a union with str); for mappings every given key
     (a callback's resolved init_args also carry its defaults); lists item by item."""
     if isinstance(given, dict):
         return isinstance(resolved, dict) and all(k in resolved and sets(resolved[k], v) for k, v in given.items())
     if isinstance(given, list):
         return isinstance(resolved, list) and len(resolved) == len(given) and all(map(sets, resolved, given))
-    return resolved == given
+    # a union type that takes strings first keeps the word (trainer.devices: "2"; Lightning reads it as 2)
+    return resolved == given or (isinstance(resolved, str) and resolved == str(given))
 
 
 def write_sweep(path: Path, **spec) -> Path:
