@@ -301,6 +301,5 @@ def test_two_process_ddp_matches_one_process(tmp_path):
 
 
 def epoch_losses(root: Path) -> list[float]:
-
     with open(run_dir(root) / "metrics.csv") as f:
         return [float(r["train/loss_epoch"]) for r in csv.DictReader(f) if r.get("train/loss_epoch")]
