@@ -514,6 +514,17 @@ def check_ordering(plan: Plan, collected: list[VariantResults]) -> list[str]:
     return lines
 
 
+def panel_metrics(plan: Plan) -> list[Metric]:
+    """The metric columns named by ``report.panels`` (beyond the main metric), in that order; a
+    name that is not a metric column is an error."""
+    by_key = {c.key: c for c in [plan.sweep.metric, *plan.sweep.columns]}
+    panels = plan.sweep.report.get("panels") or []
+    unknown = [k for k in panels if k not in by_key]
+    if unknown:
+        raise SweepError(f"{plan.sweep.path}: report.panels {unknown} are not metric columns: {list(by_key)}")
+    return [by_key[k] for k in panels if k != plan.sweep.metric.key]
+
+
 def _axis_order(plan: Plan, axis: str) -> list[Any]:
     """The values of ``axis`` over the plan's variants: numbers ascending, names in sweep-file order."""
     values = list(dict.fromkeys(v.axes[axis] for v in plan.variants if axis in v.axes))
@@ -533,8 +544,7 @@ def check_gaps(plan: Plan, collected: list[VariantResults]) -> list[str]:
     if not hue or not along or not pairs or any(not isinstance(pr, list) or len(pr) != 2 or set(pr) - set(hues) for pr in pairs):
         raise SweepError(f"{plan.sweep.path}: report.check=gaps needs report.hue and report.along (variant axes) and "
                          f"report.pairs, a list of [a, b] values of {hue!r}: {hues}")  # fmt: skip
-    by_key = {c.key: c for c in [plan.sweep.metric, *plan.sweep.columns]}
-    metrics = [plan.sweep.metric] + [by_key[k] for k in rep.get("panels") or [] if k in by_key and k != plan.sweep.metric.key]
+    metrics = [plan.sweep.metric, *panel_metrics(plan)]
     cell = {(vr.variant.axes.get(hue), vr.variant.axes.get(along)): vr for vr in collected}
     lines = []
     for a, b in pairs:
@@ -693,8 +703,7 @@ def figure(plan: Plan, collected: list[VariantResults], path: Path) -> Path | No
         if not hue or not x:
             raise SweepError(f"{plan.sweep.path}: report.plot=lines needs report.x (a variant axis or a results.json "
                              "path such as training.total_train_flops) and report.hue (a variant axis)")  # fmt: skip
-        by_key = {c.key: c for c in [plan.sweep.metric, *plan.sweep.columns]}
-        metrics = [plan.sweep.metric] + [by_key[k] for k in rep.get("panels") or [] if k in by_key and k != plan.sweep.metric.key]
+        metrics = [plan.sweep.metric, *panel_metrics(plan)]
         fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 4.2), squeeze=False)
         for ax, m in zip(axes[0], metrics):
             for h in _axis_order(plan, hue):
@@ -769,11 +778,7 @@ def figure(plan: Plan, collected: list[VariantResults], path: Path) -> Path | No
 
     else:  # bars
         speed = bool(rep.get("speed"))
-        by_key = {c.key: c for c in [plan.sweep.metric, *plan.sweep.columns]}
-        extra = [by_key[k] for k in rep.get("panels") or [] if k in by_key and k != plan.sweep.metric.key]
-        unknown = [k for k in rep.get("panels") or [] if k not in by_key]
-        if unknown:
-            raise SweepError(f"{plan.sweep.path}: report.panels {unknown} are not metric columns: {list(by_key)}")
+        extra = panel_metrics(plan)
         ncols = 1 + len(extra) + int(speed)
         fig, axes = plt.subplots(1, ncols, figsize=(6 * ncols, max(3, 0.45 * len(collected) + 1.5)), squeeze=False)
         names = [vr.variant.name for vr in collected][::-1]
