@@ -29,11 +29,13 @@ total stride 2-4, e.g. 28 px -> 7x7 tokens with three stages (as many as ViT pat
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from functools import partial
 from typing import Any, Optional
 
-from timm.layers import HybridEmbed
+from timm.layers import ConvNormAct, HybridEmbed
+from torch import nn
 
 from models.resnet import ResNet, STEM_STRIDE, validate_resnet_config
 from models.vit import ViT, validate_vit_config
@@ -171,6 +173,115 @@ class HybridViT(ViT):
     def stride(self) -> int:
         """Input pixels per token side: the CNN's total stride x patch_size = img_size / grid side."""
         return self.cnn_stride * self.patch_size
+
+
+def conv_stem_strides(patch_size: int, num_convs: int) -> tuple[int, ...]:
+    """Default strides of a ``ConvStemViT`` stem: stride 2 on the first log2(patch_size) convs
+    (Xiao et al.'s order), stride 1 on the rest."""
+    halvings = patch_size.bit_length() - 1
+    if patch_size != 2**halvings:
+        raise ValueError(
+            f"patch_size={patch_size} is not a power of 2: give stem_strides explicitly (their product must be "
+            f"patch_size), or use patch_size in [2, 4, 8, 16]"
+        )
+    if num_convs < halvings:
+        raise ValueError(
+            f"stem_channels has {num_convs} conv(s), but patch_size={patch_size} needs {halvings} stride-2 convs: "
+            f"give at least {halvings} widths"
+        )
+    return (2,) * halvings + (1,) * (num_convs - halvings)
+
+
+def validate_conv_stem(*, patch_size: int, stem_channels: Sequence[int], stem_strides: Optional[Sequence[int]]) -> tuple[int, ...]:
+    """Check the stem keywords of ``ConvStemViT``; returns the strides."""
+    channels = list(stem_channels) if isinstance(stem_channels, (list, tuple)) else None
+    if not channels or not all(isinstance(c, int) and c >= 1 for c in channels):
+        raise ValueError(f"stem_channels={stem_channels!r} must be a non-empty list of positive integers (conv widths)")
+    if stem_strides is None:
+        return conv_stem_strides(patch_size, len(channels))
+    strides = list(stem_strides) if isinstance(stem_strides, (list, tuple)) else None
+    if strides is None or len(strides) != len(channels) or not all(s in (1, 2) for s in strides):
+        raise ValueError(
+            f"stem_strides={stem_strides!r} must give a stride of 1 or 2 for each of the {len(channels)} convs of "
+            f"stem_channels={channels}"
+        )
+    if math.prod(strides) != patch_size:
+        raise ValueError(
+            f"stem_strides={strides} reduce the image by {math.prod(strides)}, but patch_size={patch_size}: "
+            "their product must equal patch_size (the input pixels per token side)"
+        )
+    return tuple(strides)
+
+
+class ConvStemViT(ViT):
+    """ViT with a convolutional stem instead of the patch projection (Xiao et al. 2021, "Early
+    Convolutions Help Transformers See Better", ViT_C): 3x3 convs, each with BatchNorm and ReLU,
+    then a 1x1 conv to the token width; one token per pixel of the stem's output.
+
+    ``patch_size`` keeps the ViT's meaning, the input pixels per token side, and is the stem's
+    total stride: ``stem_strides`` (1 or 2 per conv; default stride 2 on the first log2(patch_size)
+    convs, as Xiao et al., stride 1 after) must multiply to it. ``stem_channels`` are the convs'
+    widths. The 1x1 conv is timm's ``HybridEmbed`` projection (``patch_embed.proj``), the convs
+    are ``patch_embed.backbone``, so every tool that reads a hybrid (attention distances in
+    pixels, rollout) reads this model too. Everything else is ``models.vit.ViT``'s keywords.
+
+    Against the plain ViT at the same token grid this adds the stem's FLOPs, which are small
+    next to the transformer's for narrow stems (Xiao et al. replace one transformer block with
+    it); its use here is the time-to-accuracy recipe (``reproductions/vit/sweeps/time_to_accuracy.yaml``).
+    Shapes: (B, in_chans, img_size, img_size) -> stem (B, stem_channels[-1], img_size/patch_size, ...)
+    -> tokens (B, (img_size/patch_size)^2 [+1], embed_dim) -> logits (B, num_classes).
+    """
+
+    def __init__(
+        self,
+        *,
+        img_size: int = 32,
+        in_chans: int = 3,
+        num_classes: int = 10,
+        patch_size: int = 4,
+        stem_channels: Sequence[int] = (32, 64),
+        stem_strides: Optional[Sequence[int]] = None,
+        embed_dim: int = 192,
+        depth: int = 6,
+        num_heads: int = 3,
+        mlp_ratio: float = 4.0,
+        pool: str = "cls",
+        pos_embed: str = "learned_1d",
+        dropout: float = 0.0,
+        attn_dropout: float = 0.0,
+        drop_path: float = 0.0,
+        pos_placement: str = "stem",
+        attention: str = "dot",
+        additive_dim: Optional[int] = None,
+    ) -> None:
+        vit = dict(
+            img_size=img_size, in_chans=in_chans, num_classes=num_classes, patch_size=patch_size,
+            embed_dim=embed_dim, depth=depth, num_heads=num_heads, mlp_ratio=mlp_ratio, pool=pool,
+            pos_embed=pos_embed, dropout=dropout, attn_dropout=attn_dropout, drop_path=drop_path,
+            pos_placement=pos_placement, attention=attention, additive_dim=additive_dim,
+        )
+        validate_vit_config(**vit)
+        strides = validate_conv_stem(patch_size=patch_size, stem_channels=stem_channels, stem_strides=stem_strides)
+        convs, prev = [], in_chans
+        for width, stride in zip(stem_channels, strides):
+            convs.append(ConvNormAct(prev, width, kernel_size=3, stride=stride, padding=1))
+            prev = width
+        stem = nn.Sequential(*convs)
+        # the stem already reduces by patch_size: the projection is 1x1 on its output
+        super().__init__(**vit, embed_layer=lambda **kw: HybridEmbed(backbone=stem, **{**kw, "patch_size": 1}))
+        assert self.grid_size == (img_size // patch_size,) * 2, self.grid_size
+        self.stem_channels = tuple(stem_channels)
+        self.stem_strides = strides
+
+    @property
+    def stem(self) -> nn.Sequential:
+        """The convolutions (``patch_embed.backbone``), before the 1x1 projection."""
+        return self.patch_embed.backbone
+
+    @property
+    def stride(self) -> int:
+        """Input pixels per token side: the stem's total stride (= patch_size)."""
+        return self.patch_size
 
 
 #: the paper's hybrids by name (Table 6), at ImageNet scale: keywords for ``HybridViT``

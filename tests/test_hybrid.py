@@ -208,3 +208,72 @@ def test_bad_config_fails_before_building(overrides, match, monkeypatch):
     monkeypatch.setattr(models.hybrid, "ResNet", never)
     with pytest.raises(ValueError, match=match):
         tiny(**overrides)
+
+
+# ------------------------------------------------------------------------------ ViT with a conv stem (ViT_C)
+
+from models.hybrid import ConvStemViT, conv_stem_strides  # noqa: E402
+
+CTINY = dict(img_size=16, in_chans=1, num_classes=4, patch_size=4, stem_channels=(8, 16), embed_dim=16, depth=2,
+             num_heads=2, mlp_ratio=2.0)  # fmt: skip
+
+
+def ctiny(seed: int = 0, **overrides) -> ConvStemViT:
+    torch.manual_seed(seed)
+    return ConvStemViT(**{**CTINY, **overrides})
+
+
+@pytest.mark.parametrize(
+    "patch,convs,expected", [(4, 2, (2, 2)), (4, 3, (2, 2, 1)), (16, 5, (2, 2, 2, 2, 1)), (1, 2, (1, 1))]
+)
+def test_conv_stem_default_strides_halve_first(patch, convs, expected):
+    assert conv_stem_strides(patch, convs) == expected
+
+
+def test_conv_stem_vit_is_convs_then_a_1x1_projection_then_the_vit():
+    """The token embedding is exactly stem convs (3x3, BN, ReLU) followed by the 1x1 projection;
+    the rest is the ViT's forward."""
+    model = ctiny(img_size=28, stem_channels=(8, 16, 24), stem_strides=(1, 2, 2)).eval()
+    x = images(size=28)
+    assert model.grid_size == (7, 7) and model.stride == 4 and model.patch_embed.proj.kernel_size == (1, 1)
+    convs = [m for m in model.stem.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert [(c.in_channels, c.out_channels, c.kernel_size, c.stride) for c in convs] == [
+        (1, 8, (3, 3), (1, 1)), (8, 16, (3, 3), (2, 2)), (16, 24, (3, 3), (2, 2))]
+    feats = model.stem(x)
+    assert tuple(feats.shape) == (2, 24, 7, 7) and (feats >= 0).all()  # ReLU last
+    tokens = model.patch_embed.proj(feats).flatten(2).transpose(1, 2)
+    torch.testing.assert_close(model.patch_embed(x), tokens)
+    torch.testing.assert_close(model(x), model.forward_head(model.forward_features(x)))
+    assert any(isinstance(m, torch.nn.BatchNorm2d) for m in model.stem.modules())
+
+
+def test_conv_stem_vit_trains_and_reads_like_a_hybrid():
+    from analysis.attention import pixels_per_token
+
+    model = ctiny(pos_embed="learned_2d")
+    loss = torch.nn.functional.cross_entropy(model(images(n=4)), torch.tensor([0, 1, 2, 3]))
+    loss.backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+    assert pixels_per_token(model.patch_embed) == (4.0, 4.0)
+    with explicit_attention(model.eval()) as weights:
+        model(images())
+    assert tuple(weights[1].shape) == (2, 2, 17, 17)
+
+
+@pytest.mark.parametrize(
+    "overrides,match",
+    [
+        (dict(patch_size=4, stem_channels=(8,)), r"patch_size=4 needs 2 stride-2 convs: give at least 2 widths"),
+        (dict(patch_size=2, img_size=18, stem_channels=(8,), stem_strides=(2, 2)),
+         r"must give a stride of 1 or 2 for each of the 1 convs"),
+        (dict(stem_strides=(2, 1)), r"stem_strides=\[2, 1\] reduce the image by 2, but patch_size=4"),
+        (dict(stem_strides=(3, 1)), r"must give a stride of 1 or 2"),
+        (dict(stem_channels=()), r"stem_channels=\(\) must be a non-empty list"),
+        (dict(img_size=18, patch_size=6, stem_channels=(8, 8)), r"patch_size=6 does not divide img_size=18|patch_size=6 is not a power of 2"),
+        (dict(img_size=24, patch_size=6, stem_channels=(8, 8)), r"patch_size=6 is not a power of 2: give stem_strides"),
+        (dict(pool="max"), r"pool='max' is not one of"),
+    ],
+)
+def test_conv_stem_bad_config_fails_with_the_value(overrides, match):
+    with pytest.raises(ValueError, match=match):
+        ctiny(**overrides)

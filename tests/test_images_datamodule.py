@@ -694,3 +694,19 @@ def test_batched_crop_flip_is_torchvisions_crop_and_flip_per_image():
         seen.add(matches[0])
     assert {d[0] for d in seen} == {0, 1, 2} and {d[1] for d in seen} == set(range(5)) and {d[2] for d in seen} == {False, True}
     assert aug(x[0]).shape == x[0].shape  # one image
+
+
+def test_flip_augment_mirrors_without_shifting(cache):
+    """augment='flip': every training image is its original or its mirror image (never shifted),
+    both occur, and evaluation images stay as they are."""
+    plain = make(cache, source="digits", batch_size=64)
+    dm = make(cache, source="digits", augment="flip", batch_size=64)
+    rows = list(range(64))
+    torch.manual_seed(0)
+    out = torch.stack([s[0] for s in dm.train_dataset.__getitems__(rows)])
+    ref = torch.stack([s[0] for s in plain.train_dataset.__getitems__(rows)])
+    same = (out == ref).flatten(1).all(1)
+    mirrored = (out == ref.flip(-1)).flatten(1).all(1)
+    assert (same | mirrored).all()
+    assert (same & ~mirrored).any() and (mirrored & ~same).any()
+    assert torch.equal(dm.val_dataset[0][0], plain.val_dataset[0][0])
