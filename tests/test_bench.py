@@ -122,13 +122,16 @@ def test_flops_prediction_comes_from_count_flops():
 # ------------------------------------------------------------------------------------------- hybrid
 def test_hybrid_benchmark_reads_the_configs_and_compares_layouts(tmp_path):
     result = _run(tmp_path, "hybrid", "--batch-size", "2", *TINY_RUN)
-    for name, path in (("hybrid", "hybrid_fashion_mnist.yaml"), ("resnet", "resnet_fashion_mnist.yaml")):
+    for name, path in (("hybrid", "hybrid_fashion_mnist.yaml"), ("convstem", "convstem_fashion_mnist.yaml"),
+                       ("resnet", "resnet_fashion_mnist.yaml")):
         config = yaml.safe_load((REPO_ROOT / "reproductions/vit/configs" / path).read_text())
         assert result["configs"][name]["init_args"] == config["model"]["init_args"]["net"]["init_args"]
     rows = {(r["model"], r["layout"]): r for r in result["models"]}
     assert set(rows) == {("vit", None), ("hybrid", "contiguous"), ("hybrid", "channels_last"),
+                         ("convstem", "contiguous"), ("convstem", "channels_last"),
                          ("resnet", "contiguous"), ("resnet", "channels_last")}
-    for model in ("hybrid", "resnet"):
+    assert result["configs"]["convstem"]["class_path"] == "models.hybrid.ConvStemViT"
+    for model in ("hybrid", "convstem", "resnet"):
         cl, contiguous = rows[(model, "channels_last")], rows[(model, "contiguous")]
         assert cl["channels_last_over_contiguous"] == cl["median"] / contiguous["median"]
         assert cl["params"] == contiguous["params"] and cl["forward_flops"] == contiguous["forward_flops"]

@@ -1,16 +1,18 @@
-"""``bench hybrid``: training-step throughput of the hybrid and the ResNet at their config shapes.
+"""``bench hybrid``: training-step throughput of the hybrid, the conv-stem ViT and the ResNet at
+their config shapes.
 
 The models are built from the configs' ``model.init_args.net`` (class path and keywords, read with
 YAML, so the benchmark follows the configs): ``reproductions/vit/configs/fashion_mnist.yaml``
 (the ViT, the reference), ``hybrid_fashion_mnist.yaml`` (``models.hybrid.HybridViT``) and
-``resnet_fashion_mnist.yaml`` (``models.resnet.ResNet``), at the configs' batch size.
+``convstem_fashion_mnist.yaml`` (``models.hybrid.ConvStemViT``, the time-to-accuracy recipe) and
+``resnet_fashion_mnist.yaml`` (``models.resnet.ResNet``), at the ViT config's batch size.
 
-The CNN parts (the hybrid's ``patch_embed``: ResNet backbone and 1x1 projection; the whole
-ResNet) run contiguous (NCHW) and channels-last (NHWC, parameters and inputs), and the table gives
+The CNN parts (the hybrid's and the conv-stem ViT's ``patch_embed``: the convolutions and the 1x1
+projection; the whole ResNet) run contiguous (NCHW) and channels-last (NHWC, parameters and inputs), and the table gives
 channels_last / contiguous images/s (on CPUs channels_last can be slower: it is reported, not
 judged). Every model's images/s is also given against the ViT's, with achieved GFLOP/s (3 x
 forward FLOPs x images/s) and its fraction of the fp32 matmul rate measured in the same rounds.
-All five steps alternate over the rounds on the same random batches.
+All seven steps alternate over the rounds on the same random batches.
 """
 
 from __future__ import annotations
@@ -26,18 +28,20 @@ from reproductions.benchmarks.common import (
 )
 
 NAME = "hybrid"
-HELP = "HybridViT and ResNet at the Fashion-MNIST config shapes: channels_last vs contiguous, GFLOP/s"
+HELP = "HybridViT, ConvStemViT and ResNet at the Fashion-MNIST config shapes: channels_last vs contiguous, GFLOP/s"
 CONFIGS = {
     "vit": "reproductions/vit/configs/fashion_mnist.yaml",
     "hybrid": "reproductions/vit/configs/hybrid_fashion_mnist.yaml",
+    "convstem": "reproductions/vit/configs/convstem_fashion_mnist.yaml",
     "resnet": "reproductions/vit/configs/resnet_fashion_mnist.yaml",
 }
-CNN_MODELS = ("hybrid", "resnet")
+CNN_MODELS = ("hybrid", "convstem", "resnet")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--vit-config", dest="vit_config", default=CONFIGS["vit"])
     parser.add_argument("--hybrid-config", dest="hybrid_config", default=CONFIGS["hybrid"])
+    parser.add_argument("--convstem-config", dest="convstem_config", default=CONFIGS["convstem"])
     parser.add_argument("--resnet-config", dest="resnet_config", default=CONFIGS["resnet"])
     add_run_args(parser, rounds=3, steps=4, warmup=1, batch_size=None)
 
@@ -51,8 +55,8 @@ def load_net(path: str) -> tuple[str, dict, int]:
 
 
 def cnn_part(name: str, model: torch.nn.Module) -> torch.nn.Module:
-    """The convolutional part that channels_last applies to: the hybrid's patch_embed, the whole ResNet."""
-    return model.patch_embed if name == "hybrid" else model
+    """The convolutional part that channels_last applies to: the hybrids' patch_embed, the whole ResNet."""
+    return model if name == "resnet" else model.patch_embed
 
 
 def run(args: argparse.Namespace) -> Report:
@@ -95,24 +99,27 @@ def run(args: argparse.Namespace) -> Report:
         rows.append({**m.to_json(), "model": model, "layout": layout or None, "config": getattr(args, f"{model}_config"),
                      "ratio_to_vit": m.median / vit.median, "channels_last_over_contiguous": cl_ratio})
     table.notes += [
-        "channels_last applies to the CNN parts (hybrid: patch_embed = ResNet backbone + 1x1 projection; ResNet: all) "
+        "channels_last applies to the CNN parts (hybrid: patch_embed = ResNet backbone + 1x1 projection; convstem: "
+        "patch_embed = 3x3 conv stem + 1x1 projection; ResNet: all) "
         "and the input; x ViT: images/s over fashion_mnist.yaml's ViT.",
         f"GFLOP/s: 3 x forward FLOPs x images/s; of matmul: over a fp32 torch.matmul measured in the same rounds "
         f"({fmt_gflops(cmp.matmul)} GFLOP/s).",
         f"peak MiB: {memory_method(device)}.",
         f"median of {args.rounds} alternating rounds x {args.steps} steps; {torch.get_num_threads()} thread(s).",
     ]
+    cl = {m: cmp[f"{m} channels_last"].median / cmp[f"{m} contiguous"].median for m in CNN_MODELS}
     verdicts = [
-        f"channels_last / contiguous: hybrid {cmp['hybrid channels_last'].median / cmp['hybrid contiguous'].median:.3f}x, "
-        f"ResNet {cmp['resnet channels_last'].median / cmp['resnet contiguous'].median:.3f}x (reported, no target)"
+        "channels_last / contiguous: " + ", ".join(f"{m} {r:.3f}x" for m, r in cl.items()) + " (reported, no target)",
+        f"conv-stem ViT / BiT hybrid (contiguous): {cmp['convstem contiguous'].median / cmp['hybrid contiguous'].median:.3f}x "
+        f"images/s at {cmp['convstem contiguous'].forward_flops / cmp['hybrid contiguous'].forward_flops:.2f}x the FLOPs "
+        "(reported, no target)",
     ]
     result = {
         "settings": run_settings(args, device, batch_size_used=batch_size),
         "configs": {name: {"class_path": cp, "init_args": kw, "batch_size": bs} for name, (cp, kw, bs) in nets.items()},
         "memory_method": memory_method(device),
         "models": rows,
-        "channels_last_over_contiguous": {m: cmp[f"{m} channels_last"].median / cmp[f"{m} contiguous"].median
-                                          for m in CNN_MODELS},
+        "channels_last_over_contiguous": cl,
         "matmul_flops_per_sec": cmp.matmul,
         "comparison": cmp.to_json(),
     }
