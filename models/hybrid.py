@@ -225,9 +225,12 @@ class ConvStemViT(ViT):
     are ``patch_embed.backbone``, so every tool that reads a hybrid (attention distances in
     pixels, rollout) reads this model too. Everything else is ``models.vit.ViT``'s keywords.
 
-    Against the plain ViT at the same token grid this adds the stem's FLOPs, which are small
-    next to the transformer's for narrow stems (Xiao et al. replace one transformer block with
-    it); its use here is the time-to-accuracy recipe (``reproductions/vit/sweeps/time_to_accuracy.yaml``).
+    Against the plain ViT at the same token grid this adds the stem's FLOPs (Xiao et al. remove
+    one transformer block to pay for it). A wide stem can cost more than the encoder: in
+    ``convstem_fashion_mnist.yaml`` (stride-1 convs at 28 and 7 px, 2 blocks of width 64) the
+    stem does most of the 38 MFLOPs per image, and on a CPU those conv FLOPs run faster than
+    the encoder's (``bench hybrid``). Its use here is the time-to-accuracy recipe
+    (``reproductions/vit/sweeps/time_to_accuracy.yaml``).
     Shapes: (B, in_chans, img_size, img_size) -> stem (B, stem_channels[-1], img_size/patch_size, ...)
     -> tokens (B, (img_size/patch_size)^2 [+1], embed_dim) -> logits (B, num_classes).
     """
