@@ -9,16 +9,13 @@
 
 ``*_figure`` functions return a ``matplotlib.figure.Figure``; ``save_figure`` writes it
 atomically (temporary file, then rename), so a reader never sees a half-written PNG.
-``save_json`` does the same for the numbers (the callback uses it; analysis/ does not import
-reproductions/, whose ``atomic_write_json`` the ``analyze`` command uses).
+``save_json`` does the same for the numbers (both through ``utils.atomic``).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Optional
@@ -27,31 +24,17 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-
-def _atomic(path: str | os.PathLike, write) -> Path:
-    """Call ``write(tmp_path)`` on a temporary sibling of ``path``, then rename it to ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+from utils.atomic import atomic_savefig, atomic_write_json
 
 
 def save_figure(fig: Figure, path: str | os.PathLike, *, dpi: int = 120) -> Path:
     """Write ``fig`` as PNG to ``path`` atomically; returns the path."""
-    return _atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=dpi, bbox_inches="tight"))
+    return atomic_savefig(fig, path, dpi=dpi)
 
 
 def save_json(path: str | os.PathLike, data) -> Path:
     """Write ``data`` as indented JSON to ``path`` atomically; returns the path."""
-    text = json.dumps(data, indent=2) + "\n"
-    return _atomic(path, lambda tmp: Path(tmp).write_text(text))
+    return atomic_write_json(path, data)
 
 
 def _np(x) -> np.ndarray:

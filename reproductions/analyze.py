@@ -66,7 +66,7 @@ from analysis.figures import (
 from analysis.filters import DEFAULT_NUM_COMPONENTS, filter_pca, patch_filters
 from analysis.posemb import position_similarity, row_column_contrast
 from analysis.rollout import HEAD_FUSIONS, attention_rollout, rollout_maps, upsample_maps
-from reproductions.results import atomic_write_json
+from utils.atomic import atomic_write_json
 
 COMMANDS = ("distance", "rollout", "posemb", "filters")
 DEFAULT_TIMM_SOURCE = "digits"

@@ -30,7 +30,8 @@ from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_modules.callbacks import EpochReseed, TrainingClock
-from reproductions.results import RESULTS_FILE, atomic_write_json, environment
+from reproductions.results import RESULTS_FILE, environment, write_results
+from reproductions.tracking import wandb_offline
 
 REPRODUCTIONS_DIR = Path(__file__).resolve().parent
 
@@ -83,20 +84,6 @@ def experiment_name(config_paths: list) -> str:
         return path.stem
     parts = [p for p in rel.with_suffix("").parts if p != "configs"]
     return "/".join(parts)
-
-
-def wandb_offline() -> bool:
-    """Offline unless the user has a W&B key (env or netrc) or chose a mode via WANDB_MODE."""
-    mode = os.environ.get("WANDB_MODE")
-    if mode:
-        return mode in ("offline", "dryrun")
-    if os.environ.get("WANDB_API_KEY"):
-        return False
-    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
-    try:
-        return "api.wandb.ai" not in netrc.read_text()
-    except OSError:
-        return True
 
 
 class SaveAndLogConfig(SaveConfigCallback):
@@ -238,7 +225,7 @@ class ReproductionCLI(LightningCLI):
             test_metrics = dict(outputs[0]) if outputs else {}
         if trainer.is_global_zero:
             results = self.collect_results(test_metrics, final_metrics)
-            atomic_write_json(self.run_dir / RESULTS_FILE, results)
+            write_results(self.run_dir, results)
             shown = ", ".join(f"{k} = {v:.4f}" for k, v in sorted(test_metrics.items()))
             print(f"\n{self.experiment}/{run.variant}/seed{self.seed}: {shown or 'no test run'}")
             print(f"results: {self.run_dir / RESULTS_FILE}", flush=True)

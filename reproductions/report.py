@@ -53,7 +53,7 @@ data records the AUC of its own true click probabilities) adds a "to ceiling" co
 main metric and a ceiling row.
 
 With ``--wandb`` the same table and figure go to W&B as a ``report`` run in the sweep's group
-(offline unless a key is configured, the rule of ``reproductions.cli.wandb_offline``).
+(offline unless a key is configured, the rule of ``reproductions.tracking.wandb_offline``).
 """
 
 from __future__ import annotations
@@ -63,13 +63,13 @@ import datetime as _dt
 import math
 import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from reproductions.results import atomic_write_text, read_results
+from reproductions.results import read_results
+from utils.atomic import atomic_savefig, atomic_write_text
 from reproductions.sweep import (
     DEFAULT_PROFILE,
     LOG_FILE,
@@ -636,18 +636,6 @@ _CHECKERS = {
 # --------------------------------------------------------------------------- figures
 
 
-def _atomic_savefig(fig, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _bar_limits(ax, lows: list[float], highs: list[float], horizontal: bool) -> None:
     """Zoom the value axis onto the data when the differences are small (said on the axis)."""
     if not lows:
@@ -811,7 +799,7 @@ def figure(plan: Plan, collected: list[VariantResults], path: Path) -> Path | No
             ax.grid(axis="x", alpha=0.3)
         fig.suptitle(title, fontsize=10)
 
-    _atomic_savefig(fig, path)
+    atomic_savefig(fig, path)
     plt.close(fig)
     return path
 
@@ -951,7 +939,7 @@ def log_to_wandb(plan: Plan, report: Report, project: str = "attention-repro") -
     """The table and figures as a ``report`` run in the sweep's W&B group (offline without a key)."""
     import wandb
 
-    from reproductions.cli import wandb_offline
+    from reproductions.tracking import wandb_offline
 
     run = wandb.init(
         project=project,

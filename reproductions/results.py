@@ -13,44 +13,15 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from utils.atomic import atomic_write_json
+
 RESULTS_FILE = "results.json"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 _VERSIONED = ("torch", "lightning", "timm", "torchmetrics", "datasets", "wandb", "jsonargparse", "numpy")
-
-
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` so that the file is either absent/old or complete."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_json(path: str | os.PathLike, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=False, default=_json_default) + "\n")
-
-
-def _json_default(value: Any) -> Any:
-    if hasattr(value, "item"):  # tensors and numpy scalars
-        return value.item()
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, (set, tuple)):
-        return list(value)
-    raise TypeError(f"cannot write {type(value).__name__} to JSON")
 
 
 def package_versions() -> dict[str, str | None]:
@@ -85,6 +56,11 @@ def _command_line() -> list[str]:
     if argv and Path(argv[0]).name == "__main__.py":
         argv[0:1] = ["-m", Path(argv[0]).parent.name]
     return ["python", *argv]
+
+
+def write_results(run_dir: str | os.PathLike, results: dict[str, Any]) -> Path:
+    """Write ``results`` as ``<run_dir>/results.json`` (strict JSON, atomically)."""
+    return atomic_write_json(Path(run_dir) / RESULTS_FILE, results)
 
 
 def environment() -> dict[str, Any]:

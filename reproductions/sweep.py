@@ -78,7 +78,8 @@ from typing import Any, TextIO
 
 import yaml
 
-from reproductions.results import atomic_write_text, read_results
+from reproductions.results import read_results
+from utils.atomic import atomic_write_text
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REPRODUCTIONS_DIR = REPO_ROOT / "reproductions"

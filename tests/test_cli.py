@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reproductions.cli import experiment_name, main as cli_main, wandb_offline
+from reproductions.cli import experiment_name, main as cli_main
+from reproductions.tracking import wandb_offline
 from reproductions.results import RESULTS_FILE, read_results
 
 REPO = Path(__file__).resolve().parents[1]

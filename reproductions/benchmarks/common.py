@@ -48,7 +48,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from lightning_modules.model_stats import count_flops, count_parameters
-from reproductions.results import REPO_ROOT, atomic_write_json, environment
+from reproductions.results import REPO_ROOT, environment
+from utils.atomic import atomic_write_json
 
 MIB = 2**20
 DEFAULT_OUT_DIR = Path("bench_results")
