@@ -31,7 +31,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_modules.callbacks import EpochReseed, TrainingClock
 from reproductions.results import RESULTS_FILE, environment, write_results
-from reproductions.tracking import wandb_offline
+from reproductions.tracking import log_checkpoints, log_results, log_status, wandb_offline
 
 REPRODUCTIONS_DIR = Path(__file__).resolve().parent
 
@@ -51,6 +51,9 @@ class RunOptions:
         project: W&B project.
         group: W&B group; default: the experiment name, so a sweep's runs group together.
         tags: extra W&B tags; the experiment and variant are always added.
+        log_model: at the end of a finished fit, log the last and the best checkpoint to W&B
+            as one model artifact (aliases ``last``, ``best``, the variant and the seed). Offline
+            runs keep it with the run and upload it on ``wandb sync``. Needs ``wandb: true``.
         test_after_fit: after ``fit``, evaluate on the test split and write results.json.
         test_ckpt: which weights the test after fit uses: ``final`` (the weights at the end
             of training) or ``best`` (the checkpoint with the best monitored validation metric).
@@ -63,6 +66,7 @@ class RunOptions:
     project: str = "attention-repro"
     group: str | None = None
     tags: list[str] = field(default_factory=list)
+    log_model: bool = False
     test_after_fit: bool = True
     test_ckpt: Literal["final", "best"] = "final"
 
@@ -205,6 +209,7 @@ class ReproductionCLI(LightningCLI):
         trainer = self.trainer
         if trainer.interrupted or trainer.state.status.value != "finished":
             rank_zero_info("fit did not finish: no results.json written")
+            log_status(trainer.loggers, "interrupted" if trainer.interrupted else "failed")
             return
         run = self._run_options()
         if trainer.fast_dev_run:
@@ -226,6 +231,9 @@ class ReproductionCLI(LightningCLI):
         if trainer.is_global_zero:
             results = self.collect_results(test_metrics, final_metrics)
             write_results(self.run_dir, results)
+            log_results(trainer.loggers, results)  # the same numbers into the W&B run summary
+            if run.log_model:
+                log_checkpoints(trainer.loggers, self.run_dir / "checkpoints", results)
             shown = ", ".join(f"{k} = {v:.4f}" for k, v in sorted(test_metrics.items()))
             print(f"\n{self.experiment}/{run.variant}/seed{self.seed}: {shown or 'no test run'}")
             print(f"results: {self.run_dir / RESULTS_FILE}", flush=True)

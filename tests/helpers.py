@@ -57,3 +57,70 @@ def inprocess_runner(run, env) -> int:
         rc = 1
     run.log_path.write_text(buf.getvalue())
     return rc
+
+
+def wandb_records(path: str | Path, timeout: float = 60.0) -> list:
+    """The records of a finished offline W&B run file (``run-<id>.wandb``), parsed.
+
+    W&B's service process may still be writing the file when ``run.finish()`` has returned:
+    read until the run's ``exit`` record is there (or ``timeout`` seconds have passed).
+
+    The file is W&B's datastore: a 7-byte header (``:W&B``, magic, version), then a LevelDB
+    style log of 32 KiB blocks, each record a 7-byte header (crc32, length, type) and a
+    protobuf ``wandb_internal_pb2.Record``, split into FIRST/MIDDLE/LAST pieces where it
+    crosses a block boundary.
+    """
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        records = _read_wandb_file(Path(path))
+        if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() > deadline:
+            return records
+        time.sleep(0.2)
+
+
+def _read_wandb_file(path: Path) -> list:
+    import struct
+
+    from wandb.proto import wandb_internal_pb2
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B", f"{path} is not a W&B run file"
+    block, pos, records, pieces = 32768, 7, [], b""
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:  # block trailer: zero padding
+            pos += left
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if kind == 0 or pos + 7 + length > len(data):  # zero fill, or a record still being written
+            break
+        pieces += data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # FULL or LAST: a whole record
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pieces)
+            records.append(record)
+            pieces = b""
+    return records
+
+
+def wandb_summary(path: str | Path) -> dict:
+    """The final summary of an offline W&B run file: the history's last values with the
+    explicit summary updates on top (what the W&B UI shows in the runs table)."""
+    summary: dict = {}
+    for record in wandb_records(path):
+        kind = record.WhichOneof("record_type")
+        if kind == "history":
+            summary.update({item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                            for item in record.history.item})
+        elif kind == "summary":
+            for item in record.summary.update:
+                summary[item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
+    return summary
+
+
+def wandb_artifacts(path: str | Path) -> list:
+    """The artifacts an offline W&B run file logged (``Record.artifact`` protobufs)."""
+    return [r.artifact for r in wandb_records(path) if r.WhichOneof("record_type") == "artifact"]

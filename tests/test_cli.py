@@ -15,6 +15,7 @@ import yaml
 from reproductions.cli import experiment_name, main as cli_main
 from reproductions.tracking import wandb_offline
 from reproductions.results import RESULTS_FILE, read_results
+from tests.helpers import wandb_artifacts, wandb_records, wandb_summary
 
 REPO = Path(__file__).resolve().parents[1]
 DIGITS = "reproductions/vit/configs/digits.yaml"
@@ -244,10 +245,38 @@ def test_wandb_switch_logs_an_offline_run_with_group_and_tags(tmp_path, monkeypa
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
     fit(tmp_path, "--trainer.max_epochs", "1", "--run.wandb", "true", "--run.tags", "[smoke]",
-        "--run.group", "g1")
+        "--run.group", "g1", "--run.log_model", "true")
     runs = list((run_dir(tmp_path) / "wandb").glob("offline-run-*"))
-    assert len(runs) == 1 and list(runs[0].glob("run-*.wandb"))
-    assert load(tmp_path)["status"] == "finished"
+    assert len(runs) == 1
+    results = load(tmp_path)
+    assert results["status"] == "finished"
+    run_file = next(runs[0].glob("run-*.wandb"))
+
+    # the run's results reach the W&B summary before the run finishes, equal to results.json
+    summary = wandb_summary(run_file)
+    assert summary["status"] == "finished"
+    assert summary["test/acc"] == pytest.approx(results["test"]["test/acc"])
+    assert summary["final/val/acc"] == pytest.approx(results["final"]["val/acc"])
+    assert summary["results/fit_time_s"] == results["training"]["fit_time_s"]
+    assert summary["results/samples_per_sec"] == results["training"]["samples_per_sec"]
+    assert summary["results/flops_per_sample"] == results["model"]["flops_per_sample"] > 0
+    assert summary["results/params"] == results["model"]["params"] > 0
+    assert summary["results/variant"] == "default" and summary["results/seed"] == 0
+
+    # group, tags and the resolved config (the keys to group a sweep's variants by)
+    records = wandb_records(run_file)
+    run_record = next(r.run for r in records if r.WhichOneof("record_type") == "run")
+    assert run_record.run_group == "g1" and run_record.job_type == "fit"
+    assert {"vit/digits", "default", "smoke"} <= set(run_record.tags)
+    config_keys = {item.key for r in records if r.WhichOneof("record_type") == "config" for item in r.config.update}
+    assert {"run", "model", "data", "seed_everything"} <= config_keys
+
+    # --run.log_model: the last and best checkpoints as one model artifact
+    (artifact,) = wandb_artifacts(run_file)
+    assert artifact.type == "model"
+    assert {"last", "best", "seed-0"} <= set(artifact.aliases)
+    names = {entry.path for entry in artifact.manifest.contents}
+    assert "last.ckpt" in names and Path(results["best"]["path"]).name in names
 
 
 # --------------------------------------------------------------------------- DDP
