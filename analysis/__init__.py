@@ -1,4 +1,4 @@
-"""Probes on trained ViTs (ViT paper Fig. 6, 7 and 11); definitions in ../shared/PAPERS.md.
+"""Probes on trained ViTs (ViT paper Fig. 6, 7 and 11); definitions in docs/papers.md.
 
 - ``attention``: capture per-layer attention weights (B, heads, T, T) from our ViT, a hybrid or
   any timm VisionTransformer (``capture_attention``, ``attention_weights``); the token layout and

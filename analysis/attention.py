@@ -96,7 +96,7 @@ class TokenLayout:
 
     def pixel_distances(self) -> torch.Tensor:
         """(N, N) float64: Euclidean pixel distance between the patches q and k,
-        ||P * (g(q) - g(k))||_2 with g the grid position (PAPERS.md, Fig. 11)."""
+        ||P * (g(q) - g(k))||_2 with g the grid position (docs/papers.md, Fig. 11)."""
         pos = self.patch_positions()
         return torch.cdist(pos, pos)
 

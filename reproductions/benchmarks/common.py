@@ -145,7 +145,7 @@ def add_run_args(parser: argparse.ArgumentParser, *, rounds: int, steps: int | N
     parser.add_argument("--batch-size", dest="batch_size", type=int, default=batch_size)
     parser.add_argument("--threads", type=int, default=None,
                         help="torch intra-op threads (default: leave torch's setting; on a CPU shared with "
-                             "other jobs 1 is steadier)")
+                             "other processes 1 is steadier)")
     if device:
         parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
 
