@@ -143,10 +143,10 @@ class SaveAndLogConfig(SaveConfigCallback):
     def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if self.already_saved:
             return
+        log_dir = trainer.log_dir if self.save_to_log_dir else None  # every rank: it broadcasts
         if trainer.is_global_zero:
-            if self.save_to_log_dir and trainer.log_dir is not None:
-                path = Path(trainer.log_dir) / self.config_filename
-                atomic_write_text(path, self.parser.dump(self.config, skip_none=False))
+            if log_dir is not None:
+                atomic_write_text(Path(log_dir) / self.config_filename, self.parser.dump(self.config, skip_none=False))
             self.save_config(trainer, pl_module, stage)
         self.already_saved = True
 
@@ -524,8 +524,8 @@ class ReproductionCLI(LightningCLI):
         if rank_zero:
             lock.acquire()
         try:
-            if subcommand == "fit" and rank_zero:
-                self._prepare_fit_dir()
+            if subcommand == "fit" and rank_zero and not self.trainer.fast_dev_run:
+                self._prepare_fit_dir()  # a smoke test (fast_dev_run) writes nothing there: no rules
             self.signals.install()
             try:
                 super()._run_subcommand(subcommand)
@@ -587,7 +587,7 @@ class ReproductionCLI(LightningCLI):
         if not trainer.is_global_zero:
             return
         run = self._run_options()
-        first = one_line(str(error)) or type(error).__name__
+        first = one_line(str(error), limit=10_000) or type(error).__name__
         text = first if isinstance(error, (RunFailed, RunInterrupted)) else f"{type(error).__name__}: {first}"
         nonfinite = next((e for e in exception_chain(original) if isinstance(e, NonFiniteLossError)), None)
         record = {

@@ -205,8 +205,8 @@ def parser_message(message: str, options: Iterable[str] = ()) -> str:
 
 def describe(exc: BaseException) -> tuple[str, int]:
     """``(one-line message, exit status)`` for an exception that ends a command."""
-    if isinstance(exc, ReproError):
-        return one_line(str(exc)), exc.exit_code
+    if isinstance(exc, ReproError):  # ours: whole (a resume command must not be cut)
+        return one_line(str(exc), limit=10_000), exc.exit_code
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted (Ctrl-C); rerun the same command to start again", 130
     if isinstance(exc, argparse.ArgumentError):  # jsonargparse's parse errors

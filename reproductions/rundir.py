@@ -63,6 +63,10 @@ def slurm_job() -> str | None:
     return os.environ.get("SLURM_JOB_ID")
 
 
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def describe_holder(holder: dict) -> str:
     return (f"pid {holder.get('pid')} on {holder.get('host')}, started {holder.get('started')}"
             + (f", SLURM job {holder['slurm_job']}" if holder.get("slurm_job") else ""))
@@ -134,7 +138,7 @@ class RunDirLock:
                 if holder and not is_stale(holder):
                     raise RunDirBusy(
                         f"run directory {self.run_dir} is in use by another run ({describe_holder(holder)}: "
-                        f"{holder.get('command') or '?'}); wait for it to end, or choose another --run.root, "
+                        f"{_short(holder.get('command') or '?')}); wait for it to end, or choose another --run.root, "
                         f"--run.variant or --seed_everything (if that run is gone, delete {self.path})"
                     )
                 if self._take_over(holder):

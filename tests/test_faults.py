@@ -315,6 +315,8 @@ def test_bad_ckpt_path_leaves_the_finished_run_byte_identical(kind, finished, tm
     usage_error(result, "--ckpt_path", str(ckpt))
     if kind == "malicious":
         assert "was refused" in result.last and "system" in result.last
+    elif kind == "text":
+        assert "is not a checkpoint" in result.last
     assert tree(root) == before
     assert not marker.exists()
 
