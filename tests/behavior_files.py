@@ -20,7 +20,7 @@ T0 = TAOBAO_TIME_WINDOW[0]  # 2017-11-25 00:00 in UTC+8
 
 @pytest.fixture(scope="session")
 def synthetic_dm(tmp_path_factory):
-    """A 40k-sample synthetic world (1000 users, 600 items), set up once per session."""
+    """A 40k-sample synthetic world (1000 users, 600 items), set up once per test run."""
     dm = BehaviorDataModule(cache_dir=str(tmp_path_factory.mktemp("syn")), synthetic_samples=40_000,
                             synthetic_users=1000, synthetic_items=600, seed=3)
     dm.setup("fit")
