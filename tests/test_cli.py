@@ -22,7 +22,8 @@ DIGITS = "reproductions/vit/configs/digits.yaml"
 CONFIGS = sorted(str(p.relative_to(REPO)) for p in (REPO / "reproductions").glob("**/configs/*.yaml"))
 LOCAL_SOURCES = {"digits", "fashion_mnist", "synthetic"}
 # CTR data sets that only a manual download provides; their readers and configs are exercised
-# on files written in the documented formats (tests/test_behavior_datamodule.py and the BST tests)
+# on files written in the documented formats (tests/test_behavior_readers.py, test_behavior_sources.py
+# and the BST tests)
 DOWNLOAD_ONLY = {"movielens_1m", "taobao_user_behavior", "amazon_electronics"}
 # a few seconds per run: a 1-block ViT, a handful of batches
 SMALL = [
