@@ -92,6 +92,15 @@ def test_experiment_name_from_config_path():
     assert experiment_name(["/elsewhere/my_exp.yaml"]) == "my_exp"
 
 
+def test_overlays_and_sources_never_name_the_experiment():
+    source = REPO / "reproductions/bst/sources/movielens_1m.yaml"
+    fsdp = REPO / "reproductions/vit/configs/overlays/fsdp.yaml"
+    names = {experiment_name([REPO / f"reproductions/bst/configs/{m}.yaml", source]) for m in ("wdl", "din", "bst")}
+    assert names == {"bst/wdl", "bst/din", "bst/bst"}  # two models given one source: two run directories
+    assert experiment_name([REPO / DIGITS, fsdp]) == "vit/digits"
+    assert experiment_name([source]) == "movielens_1m"  # an overlay alone still names something
+
+
 # --------------------------------------------------------------------------- run directory
 
 
