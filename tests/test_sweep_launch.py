@@ -4,15 +4,25 @@ working directory, and SLURM job-array scripts."""
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from reproductions.results import RESULTS_FILE, atomic_write_json
 from reproductions.sweep import main as sweep_main
-from reproductions.sweeping.launch import estimate_remaining, format_duration, progress_line, run_env, slurm_script
-from reproductions.sweeping.plan import make_plan
-from reproductions.sweeping.spec import load_sweep
+from reproductions.sweeping.launch import (
+    estimate_remaining,
+    format_duration,
+    progress_line,
+    run_env,
+    slurm_script,
+    subprocess_runner,
+)
+from reproductions.sweeping.plan import Run, make_plan
+from reproductions.sweeping.spec import Variant, load_sweep
 from tests.sweep_helpers import REPO, fake_result
 
 
@@ -54,6 +64,7 @@ def test_slurm_script_is_a_job_array_of_the_pending_runs(tmp_path, capsys):
     assert script.count("--trainer.devices 4 --trainer.strategy ddp") == 3
     run_dirs = script.split("RUN_DIRS=(")[1].split(")")[0].split()
     assert run_dirs == [str(r.run_dir) for r in plan.runs[1:]]  # dot seed0 finished: not in the array
+    assert f"\ncd {shlex.quote(str(REPO))}\n" in script and "PYTHONPATH" not in script  # runs start in the repo root
     assert subprocess.run(["bash", "-n", str(script_path)]).returncode == 0
     assert os.access(script_path, os.X_OK)
     # dry run: the script on stdout, nothing written
@@ -91,8 +102,23 @@ def test_run_environment_threads_and_import_path(monkeypatch):
     assert "OMP_NUM_THREADS" not in run_env(1)  # one run alone: torch's default
     assert run_env(2)["OMP_NUM_THREADS"] == str(max(1, (os.cpu_count() or 1) // 2))  # cores split over jobs
     assert run_env(1, threads=1)["OMP_NUM_THREADS"] == "1"  # the profile's choice
-    assert run_env(1)["PYTHONPATH"].split(os.pathsep)[0] == str(REPO)  # runs import the repo from any cwd
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    assert run_env(1)["PYTHONPATH"] == "/elsewhere"  # left alone: the runs start in the repository root
+    monkeypatch.delenv("PYTHONPATH")
+    assert "PYTHONPATH" not in run_env(1)
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert run_env(2, threads=1)["OMP_NUM_THREADS"] == "3"  # the user's setting wins
     assert load_sweep("vit/attention").profile("cpu").threads == 1
 
+
+def test_runs_start_in_the_repository_root_from_any_directory(tmp_path, monkeypatch):
+    """A run is a subprocess in the repository root: it imports this checkout by its working
+    directory alone (``-S``: no site-packages, so no installed copy), wherever the sweep runs."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    probe = "import os, reproductions; print(os.getcwd()); print(reproductions.__file__)"
+    run = Run(Variant("probe", {}), 0, tmp_path / "runs" / "probe" / "seed0", [], [sys.executable, "-S", "-c", probe])
+    assert subprocess_runner(run, run_env(1)) == 0
+    cwd, module = run.log_path.read_text().splitlines()[1:3]  # after the "$ command" line
+    assert Path(cwd).resolve() == REPO
+    assert Path(module).resolve() == REPO / "reproductions" / "__init__.py"

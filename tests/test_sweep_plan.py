@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import shlex
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
 
-from reproductions.sweeping.plan import cli_value, make_plan
+from reproductions.sweeping.plan import cli_value, make_plan, run_path
 from reproductions.sweeping.spec import SweepError
+from tests.sweep_helpers import REPO
 
 
 def test_cli_values_parse_back():
@@ -32,3 +34,19 @@ def test_devices_and_launchers_in_the_commands(tmp_path):
     with pytest.raises(SweepError, match="one at a time"):
         make_plan("vit/attention", "smoke", devices=2, jobs=2)
 
+
+def test_run_paths_are_as_given_in_the_repository_root_and_absolute_elsewhere(tmp_path, monkeypatch):
+    """The runs run in the repository root: from there the commands keep the paths as given
+    (relative config and root); from another directory those paths are made absolute, while
+    the plan's own run directories stay as given (this process reads them)."""
+    monkeypatch.chdir(REPO)
+    args = make_plan("vit/attention", "smoke", root="runs").runs[0].args
+    assert args[2] == "reproductions/vit/configs/digits.yaml"
+    assert args[args.index("--run.root") + 1] == "runs"
+    monkeypatch.chdir(tmp_path)
+    plan = make_plan("vit/attention", "smoke", root="runs")
+    args = plan.runs[0].args
+    assert args[2] == str(REPO / "reproductions/vit/configs/digits.yaml")
+    assert args[args.index("--run.root") + 1] == str(tmp_path / "runs")
+    assert plan.runs[0].run_dir == Path("runs/vit/attention-smoke/dot/seed0")
+    assert run_path("runs") == str(tmp_path / "runs") and run_path("/abs/runs") == "/abs/runs"

@@ -1,7 +1,9 @@
 """Running a plan's runs: locally (subprocesses, ``jobs`` at a time, with progress and an
 estimate of the time left) or as a SLURM job array script.
 
-Each run is ``python -m reproductions fit ...`` in a subprocess; its output goes to ``<run dir>/stdout.log`` (streamed as it runs, so not an atomic
+Each run is ``python -m reproductions fit ...`` in a subprocess started in the repository root
+(``cwd``), so it imports this repository from any working directory even without ``pip install
+-e .``; its output goes to ``<run dir>/stdout.log`` (streamed as it runs, so not an atomic
 write). A run whose ``results.json`` says finished counts as done; a failed run is logged,
 never stops the others, and is listed with the most telling line of its log (``last_error``).
 
@@ -29,7 +31,7 @@ from pathlib import Path
 from typing import TextIO
 
 from reproductions.results import read_results
-from reproductions.sweeping.plan import Plan, Run
+from reproductions.sweeping.plan import Plan, Run, run_path
 from reproductions.sweeping.spec import REPO_ROOT, Sweep, SweepError
 
 
@@ -82,12 +84,11 @@ class Outcome:
 
 
 def run_env(jobs: int = 1, threads: int | None = None) -> dict[str, str]:
-    """The runs' environment: the repository importable from any working directory, and the
-    CPU threads per run (OMP_NUM_THREADS, unless already set): the profile's ``threads``, else
-    with parallel jobs the cores split between them, since oversubscribed threads make small
-    models many times slower."""
+    """The runs' environment: this process's, unbuffered, with the CPU threads per run
+    (OMP_NUM_THREADS, unless already set): the profile's ``threads``, else with parallel jobs
+    the cores split between them, since oversubscribed threads make small models many times
+    slower. The import path is left alone: the runs start in the repository root."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [env.get("PYTHONPATH")])])
     env.setdefault("PYTHONUNBUFFERED", "1")
     if "OMP_NUM_THREADS" not in env:
         if threads:
@@ -98,12 +99,13 @@ def run_env(jobs: int = 1, threads: int | None = None) -> dict[str, str]:
 
 
 def subprocess_runner(run: Run, env: dict[str, str]) -> int:
-    """Run one command as a subprocess (isolates failures and memory); output to its stdout.log."""
+    """Run one command as a subprocess in the repository root (isolates failures and memory;
+    imports this repository from any working directory); output to its stdout.log."""
     run.run_dir.mkdir(parents=True, exist_ok=True)
     with open(run.log_path, "w") as log:
         log.write(f"$ {shlex.join(run.command)}\n")
         log.flush()
-        proc = subprocess.Popen(run.command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(run.command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
         try:
             return proc.wait()
         except BaseException:
@@ -206,7 +208,8 @@ def slurm_script(plan: Plan, runs: Sequence[Run], devices: int | None = None, sb
     """A job-array script: one array task per pending run, ``devices`` GPUs (and tasks) per run.
 
     Lightning reads the ranks from SLURM (``srun``, one task per GPU). A task whose run finished
-    meanwhile (results.json says so) exits at once, so the script can be resubmitted as is.
+    meanwhile (results.json says so) exits at once, so the script can be resubmitted as is. The
+    script changes to the repository root, where the runs run (as local ones do).
     """
     if not runs:
         raise SweepError("no pending runs: nothing to put in a job array")
@@ -226,11 +229,10 @@ def slurm_script(plan: Plan, runs: Sequence[Run], devices: int | None = None, sb
         f"#SBATCH --output={exp_dir}/slurm/%A_%a.out",
         *[f"#SBATCH {opt}" for opt in sbatch],
         "set -euo pipefail",
-        f"cd {shlex.quote(str(Path.cwd()))}",
-        f'export PYTHONPATH={shlex.quote(str(REPO_ROOT))}"${{PYTHONPATH:+:$PYTHONPATH}}"',
+        f"cd {shlex.quote(str(REPO_ROOT))}",
         "",
         "RUN_DIRS=(",
-        *[f"  {shlex.quote(str(r.run_dir))}" for r in runs],
+        *[f"  {shlex.quote(run_path(r.run_dir))}" for r in runs],
         ")",
         "COMMANDS=(",
         *[f"  {shlex.quote(shlex.join(r.command))}" for r in runs],

@@ -7,6 +7,11 @@ Where runs go: ``<root>/<paper>/<name>-<profile>/<variant>/seed<k>/`` (the exper
 --run.tags [axis, profile, sweep]`` (then ``--devices``/``--wandb`` options and the extra
 overrides). Later overrides win: profile over sweep, variant over profile, extras over all.
 
+The runs run in the repository root (``reproductions.sweeping.launch``), so the paths in their
+commands are the ones this process sees only where it runs there too (the usual case): from
+another directory the config and the runs' root are given to them absolute. Relative paths in
+extra overrides are taken from the repository root.
+
 Layer: ``spec`` < ``plan`` (this module) < ``launch`` < ``collect`` < ``tables``/``claims``/
 ``figures`` < ``report``.
 """
@@ -64,6 +69,15 @@ def _display_path(path: Path) -> str:
         return str(path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         return str(path.resolve())
+
+
+def run_path(path: str | os.PathLike) -> str:
+    """A path as the runs see it. They run in the repository root: where this process runs
+    there too, the path is kept as given; elsewhere a relative path is made absolute."""
+    path = Path(path)
+    if path.is_absolute() or Path.cwd().resolve() == REPO_ROOT:
+        return str(path)
+    return str(path.resolve())
 
 
 @dataclass
@@ -186,11 +200,11 @@ def make_plan(
         config = _resolve_base(sweep, variant.base) if variant.base else base
         for seed in seed_list:
             args = [
-                "fit", "--config", _display_path(config),
+                "fit", "--config", run_path(_display_path(config)),
                 *override_args({**sweep.overrides, **prof.overrides, **variant.overrides}),
                 *device_args,
                 "--seed_everything", str(seed),
-                "--run.root", str(root),
+                "--run.root", run_path(root),
                 "--run.experiment", experiment,
                 "--run.variant", variant.name,
                 "--run.group", experiment,
