@@ -5,15 +5,20 @@ per plot kind, W&B."""
 from __future__ import annotations
 
 import io
+import json
 import re
+import struct
+from pathlib import Path
 
 import pytest
 
 from reproductions.report import main as report_main
 from reproductions.results import RESULTS_FILE, atomic_write_json
 from reproductions.sweeping.plan import make_plan
+from reproductions.sweeping.collect import collect
 from reproductions.sweeping.report import REPORT_FILE, write_report
 from reproductions.sweeping.spec import SweepError
+from reproductions.sweeping.tables import table
 from tests.report_helpers import PNG, position_sweep, put, result, write_sweep
 
 
@@ -187,15 +192,63 @@ def test_report_of_a_real_sweep_file_names_its_paper_columns(tmp_path):
 
 
 
+def wandb_records(path: Path) -> list:
+    """The records of an offline run's ``.wandb`` file: a LevelDB-style log (a 7-byte header, then
+    32 KiB blocks of chunks: crc32 (4 bytes), length (2), type (1: full, 2: first, 3: middle,
+    4: last), data) whose chunks join into serialized ``Record`` protos."""
+    from wandb.proto import wandb_internal_pb2
 
-def test_wandb_report_is_logged_offline_in_the_sweeps_group(tmp_path, monkeypatch):
+    data, block = path.read_bytes(), 32 * 1024
+    assert data[:4] == b":W&B"
+    pos, pending, records = 7, b"", []
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # a block's tail too short for a chunk header is padding
+            pos += block - pos % block
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        pending += data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            records.append(record)
+            pending = b""
+    return records
+
+
+@pytest.mark.slow
+def test_wandb_report_logs_the_table_and_the_figure_offline_in_the_sweeps_group(tmp_path, monkeypatch):
+    """``report --wandb`` offline: one ``report`` run in the experiment's group whose history holds
+    the table (its rows are the report's) and the figure (the PNG), read back from the run's files."""
+    import wandb
+
     monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb-dir"))
     sweep = position_sweep(tmp_path)
     root = tmp_path / "runs"
     for seed in range(2):
         put(root, "pos-smoke", "learned", seed, acc=0.9)
     assert report_main([str(sweep), "--profile", "smoke", "--root", str(root), "--wandb"]) == 0
-    runs = list((root / "pos-smoke" / "wandb").glob("offline-run-*"))
-    assert len(runs) == 1
-    data = next(runs[0].glob("run-*.wandb")).read_bytes()
-    assert b"pos-smoke" in data and b"report/table" in data and b"report/position" in data  # group, table, figure
+    wandb.teardown()  # the W&B service writes the .wandb file on its own: wait until it has
+    [run_dir] = list((root / "pos-smoke" / "wandb").glob("offline-run-*"))
+    records = wandb_records(next(run_dir.glob("run-*.wandb")))
+    [run] = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+    assert (run.run_group, run.job_type, run.display_name) == ("pos-smoke", "report", "pos-smoke/report")
+    assert list(run.tags) == ["position", "smoke", "pos"]
+    logged: dict[str, dict] = {}
+    for r in records:
+        if r.WhichOneof("record_type") == "history":
+            for item in r.history.item:
+                if len(item.nested_key) == 2:
+                    logged.setdefault(item.nested_key[0], {})[item.nested_key[1]] = json.loads(item.value_json)
+    assert logged["report/table"]["_type"] == "table-file" and logged["report/position"]["_type"] == "image-file"
+    files = run_dir / "files"
+    logged_table = json.loads((files / logged["report/table"]["path"]).read_text())
+    md = (root / "pos-smoke" / REPORT_FILE).read_text()
+    plan = make_plan(sweep, "smoke", root=root)
+    header, rows = table(plan, collect(plan))
+    assert logged_table == {"columns": header, "data": rows}
+    assert "| learned | 90.00 ± 0.00 | 2 |" in md and ["learned", "90.00 ± 0.00", "2"] == logged_table["data"][1][:3]
+    image = files / logged["report/position"]["path"]
+    assert image.read_bytes()[:8] == PNG and logged["report/position"]["format"] == "png"
+    assert (files / REPORT_FILE).read_text() == md  # report.md saved with the run

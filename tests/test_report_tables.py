@@ -8,7 +8,7 @@ import pytest
 from reproductions.results import RESULTS_FILE
 from reproductions.sweeping.collect import collect, mean_std
 from reproductions.sweeping.plan import make_plan
-from reproductions.sweeping.tables import fmt_si, table
+from reproductions.sweeping.tables import fmt_si, rela_impr, relaimpr, table
 from tests.report_helpers import position_sweep, put
 
 
@@ -39,3 +39,10 @@ def test_collect_reads_only_finished_results(tmp_path):
     assert rows[0][1:3] == ["50.00", "1"] and len(rows) == 4 and len(header) == len(rows[0])
 
 
+
+def test_relaimpr_is_the_papers_formula():
+    """((AUC - 0.5) / (AUC_base - 0.5) - 1) x 100 (DIN, BST); undefined for a baseline at chance."""
+    assert rela_impr(0.7894, 0.7734) == pytest.approx(5.8522, abs=1e-4)  # 0.2894 / 0.2734 - 1
+    assert rela_impr(0.61, 0.72) == pytest.approx(-50.0) and rela_impr(0.7, 0.7) == 0.0
+    assert relaimpr(0.7894, 0.7734) == rela_impr(0.7894, 0.7734)
+    assert relaimpr(0.8, 0.5) is None and relaimpr(None, 0.7) is None and relaimpr(0.8, None) is None
