@@ -20,7 +20,7 @@ import torch.nn.functional as F
 import yaml
 from torch.utils.data import DataLoader, TensorDataset
 
-from lightning_modules.common import (
+from lightning_modules.base import (
     LR_SCALINGS,
     compile_in_place,
     global_batch_size,
