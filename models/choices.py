@@ -6,12 +6,14 @@ jsonargparse) reads the annotation: a bad value is rejected while the config is 
 ``--help`` lists the allowed ones. Code that builds a module directly in Python bypasses the
 parser, so constructors also call :func:`check_choice`, which raises a ValueError naming the
 keyword, the value and the allowed values. Module-level tuples (``POOLINGS`` and the like),
-where tests and docs iterate over the choices, are ``choices(Pooling)``.
+where tests and docs iterate over the choices, are ``choices(Pooling)``. A class with several
+choices checks them all from its own annotations with :func:`check_annotated_choices`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args, get_origin
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 
 def choices(literal: Any) -> tuple:
@@ -26,3 +28,11 @@ def check_choice(name: str, value: Any, literal: Any) -> None:
     allowed = choices(literal)
     if value not in allowed:
         raise ValueError(f"{name}={value!r} is not one of {list(allowed)}")
+
+
+def check_annotated_choices(function: Callable, values: Mapping[str, Any]) -> None:
+    """:func:`check_choice` for every argument of ``function`` annotated with a ``Literal``
+    (``values``: argument name -> value, e.g. a module's hparams)."""
+    for name, hint in get_type_hints(function).items():
+        if get_origin(hint) is Literal and name in values:
+            check_choice(name, values[name], hint)

@@ -16,10 +16,8 @@ Batches and devices
 from __future__ import annotations
 
 import time
-import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import torch
@@ -37,6 +35,7 @@ from datamodules.behavior.cache import (
     to_hf_splits,
 )
 from datamodules.behavior.readers import TAOBAO_TIME_WINDOW
+from models.choices import check_annotated_choices
 from datamodules.behavior.samples import PadSide, PositionScheme, bucketize_time_delta
 from datamodules.behavior.sources import SourceName, get_source
 from datamodules.behavior.splits import SPLITS, SplitName, split_summary
@@ -116,7 +115,7 @@ class BehaviorDataModule(LightningDataModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        _check_choices(BehaviorDataModule.__init__, self.hparams)
+        check_annotated_choices(BehaviorDataModule.__init__, self.hparams)
         _check_arguments(self.hparams)
         self._source = get_source(source)
         if self._source.files is not None and data_dir is None:
@@ -275,7 +274,7 @@ class BehaviorDataModule(LightningDataModule):
 
     def split_dataset(self, split: SplitName):
         """The preprocessed HF dataset of a split (all columns, incl. ``target_time``, ``hist_times``)."""
-        _check_choices(BehaviorDataModule.split_dataset, {"split": split})
+        check_annotated_choices(BehaviorDataModule.split_dataset, {"split": split})
         self._ensure_prepared()
         return self._splits[split]
 
@@ -347,14 +346,6 @@ def _pass_through(batch):
 
 
 # =========================================================================== argument checks
-def _check_choices(function: Callable, values: Mapping) -> None:
-    """ValueError for a value outside its ``Literal`` annotation in ``function``'s signature
-    (what the command line parser checks; this is for Python callers)."""
-    for name, hint in typing.get_type_hints(function).items():
-        if typing.get_origin(hint) is Literal and name in values and values[name] not in typing.get_args(hint):
-            raise ValueError(f"{name}={values[name]!r} is not one of {list(typing.get_args(hint))}")
-
-
 def _check_arguments(h: Mapping) -> None:
     """What a type cannot say: positive sizes, ranges, consistent synthetic world sizes."""
     _positive(seq_len=h["seq_len"], batch_size=h["batch_size"], position_time_unit=h["position_time_unit"],
