@@ -19,38 +19,30 @@ optimiser); with Adam-type optimisers on the synthetic and MovieLens data 1e-3 i
 choice. Weight decay, when set, applies to the weight matrices of Linear layers only, never to
 embeddings (sparse ids would be shrunk on every step whether seen or not), norms or biases.
 
-Scale path (opt-in): ``compile`` (``torch.compile`` the net in place in ``configure_model``;
-state_dict keys stay plain) and ``lr_scaling`` / ``base_batch_size`` (the learning rate follows
-the global batch, ``lightning_modules.common.scaled_lr``; the effective rate is logged to the
-hparams and ``results.json``), as in ``ImageClassifier``.
+The optimiser, schedule, lr scaling (``lr_scaling`` / ``base_batch_size``), ``compile`` and the
+model statistics are ``lightning_modules.base.TrainingModule``'s, as for ``ImageClassifier``;
+this module adds the loss, the metrics, the choice of Adam or AdamW, the schedule after warm-up
+(constant or cosine), its weight-decay groups and the check of the net's vocabularies against
+the data's.
 """
 
 from __future__ import annotations
 
-import inspect
 import warnings
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
-from lightning import LightningModule
 from torch import nn
 from torchmetrics import MeanMetric
 from torchmetrics.classification import BinaryAUROC
 
-from lightning_modules.common import (
-    SCHEDULES,
-    check_compile_mode,
-    check_lr_scaling,
-    compile_in_place,
-    log_effective_lr,
-    resolve_lr,
-    save_hparams_without_net,
-    scheduled,
-)
+from lightning_modules.base import Schedule, TrainingModule
 from lightning_modules.metrics import GroupAUROC
-from lightning_modules.model_stats import count_flops, count_parameters
+from models.choices import check_choice, choices
 
-OPTIMIZERS = ("adamw", "adam")
+OptimizerName = Literal["adamw", "adam"]
+OPTIMIZERS = choices(OptimizerName)
 
 
 def rela_impr(auc_model: float, auc_base: float) -> float:
@@ -87,99 +79,56 @@ def check_feature_sizes(net_sizes: dict, data_sizes: dict) -> None:
         )
 
 
-class CTRModule(LightningModule):
+class CTRModule(TrainingModule):
     """Train and evaluate a CTR net (BST, WDL, WDL(+Seq), DIN, ...) on dict batches.
 
     Args:
         net: maps a batch to logits (B,); should expose ``feature_sizes`` (checked against the
             DataModule's at setup).
-        lr: peak learning rate, for the global batch as configured.
-        weight_decay: decoupled weight decay on Linear weight matrices only (default 0).
         optimizer: ``adamw`` | ``adam`` (Adam with the same parameter groups; with weight
             decay, Adam's is the coupled L2 form).
-        betas: Adam(W) betas.
         warmup_steps: linear warm-up length in optimiser steps.
         schedule: ``constant`` | ``cosine`` (to ``lr * min_lr_ratio`` at the last step).
-        min_lr_ratio: the cosine schedule's final fraction of ``lr``.
-        lr_scaling: ``none`` (default: ``lr`` as given, for the config's global batch),
-            ``linear`` or ``sqrt``: the optimiser gets ``lr * k`` or ``lr * sqrt(k)`` with
-            ``k = global batch / base_batch_size`` (the DataModule's global ``batch_size`` times
-            ``accumulate_grad_batches``).
-        base_batch_size: the global batch ``lr`` was tuned for (needed by ``linear``/``sqrt``).
-        compile: ``torch.compile`` the net (in place, in ``configure_model``).
-        compile_mode: ``default`` | ``reduce-overhead`` | ``max-autotune`` |
-            ``max-autotune-no-cudagraphs``.
+        **kwargs: ``TrainingModule``'s ``lr``, ``weight_decay`` (default 0; on Linear weight
+            matrices only), ``betas``, ``min_lr_ratio``, ``lr_scaling``, ``base_batch_size``,
+            ``compile``, ``compile_mode``.
     """
 
-    #: the metric ModelCheckpoint and early stopping watch, and in which direction
     monitor = ("val/auc", "max")
 
     def __init__(
         self,
         net: nn.Module,
         *,
-        lr: float = 1e-3,
-        weight_decay: float = 0.0,
-        optimizer: str = "adamw",
-        betas: tuple[float, float] = (0.9, 0.999),
+        optimizer: OptimizerName = "adamw",
         warmup_steps: int = 0,
-        schedule: str = "constant",
-        min_lr_ratio: float = 0.0,
-        lr_scaling: str = "none",
-        base_batch_size: int | None = None,
-        compile: bool = False,
-        compile_mode: str = "default",
+        schedule: Schedule = "constant",
+        **kwargs: Any,
     ) -> None:
-        super().__init__()
-        if lr <= 0:
-            raise ValueError(f"lr={lr!r} must be positive")
-        if weight_decay < 0:
-            raise ValueError(f"weight_decay={weight_decay!r} must be >= 0")
-        if optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer={optimizer!r} is not one of {list(OPTIMIZERS)}")
-        if schedule not in SCHEDULES:
-            raise ValueError(f"schedule={schedule!r} is not one of {list(SCHEDULES)}")
-        if warmup_steps < 0:
-            raise ValueError(f"warmup_steps={warmup_steps!r} must be >= 0")
-        if not 0.0 <= min_lr_ratio <= 1.0:
-            raise ValueError(f"min_lr_ratio={min_lr_ratio!r} must be in [0, 1]")
-        check_lr_scaling(lr_scaling, base_batch_size)
-        check_compile_mode(compile_mode)
-        save_hparams_without_net(self, inspect.currentframe())
-        self.net = net
+        check_choice("optimizer", optimizer, OptimizerName)
+        check_choice("schedule", schedule, Schedule)
+        super().__init__(net, warmup_steps=warmup_steps, **kwargs)
         # One metric object per stage, so states never mix across stages.
         self.val_auc, self.test_auc = BinaryAUROC(), BinaryAUROC()
         self.val_gauc, self.test_gauc = GroupAUROC(), GroupAUROC()
         self.val_logloss, self.test_logloss = MeanMetric(), MeanMetric()
-        self.num_params: int = count_parameters(net)
-        self.flops_per_sample: int | None = None
-        self.effective_lr: float | None = None  # set by configure_optimizers
-        self.global_batch_size: int | None = None
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return self.net(batch)
 
     # ---------------------------------------------------------------- setup
-    def setup(self, stage: str) -> None:
-        """Check the net's vocabularies against the data's before any step runs; count FLOPs once."""
-        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+    def inspect_data(self, datamodule) -> dict[str, torch.Tensor] | None:
+        """The net's vocabularies must hold the data's ids; the data's example batch of one for the FLOPs."""
         data_sizes = getattr(datamodule, "feature_sizes", None)
         net_sizes = getattr(self.net, "feature_sizes", None)
         if isinstance(data_sizes, dict) and isinstance(net_sizes, dict):
             check_feature_sizes(net_sizes, data_sizes)
         if self.flops_per_sample is None and hasattr(datamodule, "example_batch"):
             try:
-                self.flops_per_sample = count_flops(self.net, datamodule.example_batch(1))
+                return datamodule.example_batch(1)
             except Exception as err:  # FLOPs are a report nicety, never a reason to stop a run
                 warnings.warn(f"could not count FLOPs: {err}", stacklevel=2)
-
-    def configure_model(self) -> None:
-        """After ``setup`` (FLOPs counted on the plain net), before the strategy wraps the module."""
-        if self.hparams.get("compile"):
-            compile_in_place(self.net, self.hparams.get("compile_mode", "default"))
-
-    def on_fit_start(self) -> None:
-        log_effective_lr(self)
+        return None
 
     # ---------------------------------------------------------------- steps
     def _step(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -193,8 +142,7 @@ class CTRModule(LightningModule):
         loss = losses.mean()
         self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=True, sync_dist=True,
                  batch_size=losses.numel())
-        if self._trainer is not None and self.trainer.optimizers:
-            self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"], on_step=True, on_epoch=False)
+        self.log_lr()
         return loss
 
     def _evaluate(self, batch: dict[str, torch.Tensor], stage: str) -> None:
@@ -248,14 +196,13 @@ class CTRModule(LightningModule):
         return [{"params": decay, "weight_decay": self.hparams.weight_decay},
                 {"params": no_decay, "weight_decay": 0.0}]
 
-    def configure_optimizers(self):
+    def optimizer_class(self) -> type[torch.optim.Optimizer]:
+        return torch.optim.AdamW if self.hparams.optimizer == "adamw" else torch.optim.Adam
+
+    def lr_schedule(self) -> dict[str, Any] | None:
+        """Warm-up, then ``schedule``; no scheduler at all for a constant rate without warm-up."""
         h = self.hparams
-        groups = [g for g in self.parameter_groups() if g["params"]]
-        cls = torch.optim.AdamW if h.optimizer == "adamw" else torch.optim.Adam
-        self.effective_lr, self.global_batch_size = resolve_lr(self)
-        optimizer = cls(groups, lr=self.effective_lr, betas=tuple(h.betas))
         if h.warmup_steps == 0 and h.schedule == "constant":
-            return optimizer
+            return None
         total = int(self.trainer.estimated_stepping_batches) if h.schedule == "cosine" else 0
-        return scheduled(optimizer, warmup_steps=h.warmup_steps, total_steps=total, schedule=h.schedule,
-                         min_lr_ratio=h.min_lr_ratio)
+        return dict(warmup_steps=h.warmup_steps, total_steps=total, schedule=h.schedule, min_lr_ratio=h.min_lr_ratio)

@@ -47,27 +47,29 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models.choices import check_choice, choices
+
 PAD = 0  #: padding / unknown id in every id feature
 PAD_BUCKET = 0  #: position bucket of padding
 ZERO_DELTA_BUCKET = 1  #: position bucket of t(target) - t(item) = 0; the target token's own
 
-POSITIONS = ("time_delta", "index", "none")
-SEQ_POOLINGS = ("target", "mean")
-WDL_SEQUENCE = ("none", "mean")
-DIN_ACTIVATIONS = ("prelu", "dice")
+PositionKind = Literal["time_delta", "index", "none"]
+SeqPooling = Literal["target", "mean"]
+SequencePooling = Literal["none", "mean"]
+DINActivation = Literal["prelu", "dice"]
+POSITIONS = choices(PositionKind)
+SEQ_POOLINGS = choices(SeqPooling)
+WDL_SEQUENCE = choices(SequencePooling)
+DIN_ACTIVATIONS = choices(DINActivation)
 
 
 # --------------------------------------------------------------------------- validation
-def _check_choice(name: str, value: str, allowed: Sequence[str]) -> None:
-    if value not in allowed:
-        raise ValueError(f"{name}={value!r} is not one of {list(allowed)}")
-
-
 def _check_positive(**values: float) -> None:
     for name, value in values.items():
         if value is None or value <= 0:
@@ -274,7 +276,7 @@ class BST(CTRNet):
         profile_sizes: Sequence[int] = (),
         n_position_buckets: int = 24,
         seq_len: int = 20,
-        position: str = "time_delta",
+        position: PositionKind = "time_delta",
         item_dim: int = 32,
         category_dim: int = 16,
         position_dim: int = 16,
@@ -285,7 +287,7 @@ class BST(CTRNet):
         ffn_dim: int | None = None,
         dropout: float = 0.2,
         attn_dropout: float = 0.0,
-        seq_pooling: str = "target",
+        seq_pooling: SeqPooling = "target",
         mlp_dims: Sequence[int] = (1024, 512, 256),
         mlp_dropout: float = 0.0,
         negative_slope: float = 0.01,
@@ -310,8 +312,8 @@ class BST(CTRNet):
             negative_slope: LeakyReLU slope (feed-forward and MLP).
         """
         super().__init__()
-        _check_choice("position", position, POSITIONS)
-        _check_choice("seq_pooling", seq_pooling, SEQ_POOLINGS)
+        check_choice("position", position, PositionKind)
+        check_choice("seq_pooling", seq_pooling, SeqPooling)
         _check_positive(num_blocks=num_blocks, num_heads=num_heads, seq_len=seq_len)
         _check_rate(dropout=dropout, attn_dropout=attn_dropout, mlp_dropout=mlp_dropout)
         mlp_dims = _check_dims("mlp_dims", mlp_dims)
@@ -434,7 +436,7 @@ class WDL(CTRNet):
         mlp_dims: Sequence[int] = (1024, 512, 256),
         mlp_dropout: float = 0.0,
         wide_hash_size: int = 2**20,
-        sequence_pooling: str = "none",
+        sequence_pooling: SequencePooling = "none",
     ) -> None:
         """
         Args:
@@ -446,7 +448,7 @@ class WDL(CTRNet):
             sequence_pooling: ``none`` (WDL) | ``mean`` (WDL(+Seq)).
         """
         super().__init__()
-        _check_choice("sequence_pooling", sequence_pooling, WDL_SEQUENCE)
+        check_choice("sequence_pooling", sequence_pooling, SequencePooling)
         _check_positive(wide_hash_size=wide_hash_size)
         _check_rate(mlp_dropout=mlp_dropout)
         mlp_dims = _check_dims("mlp_dims", mlp_dims)
@@ -488,29 +490,10 @@ class WDL(CTRNet):
 class WDLSeq(WDL):
     """WDL(+Seq) (Sec. 4.1): :class:`WDL` with the masked mean of the sequence in the deep part."""
 
-    def __init__(
-        self,
-        *,
-        n_items: int,
-        n_categories: int,
-        n_users: int = 0,
-        profile_sizes: Sequence[int] = (),
-        item_dim: int = 32,
-        category_dim: int = 16,
-        user_dim: int = 16,
-        profile_dim: int = 8,
-        mlp_dims: Sequence[int] = (1024, 512, 256),
-        mlp_dropout: float = 0.0,
-        wide_hash_size: int = 2**20,
-        sequence_pooling: str = "mean",
-    ) -> None:
-        """Same arguments as :class:`WDL`; ``sequence_pooling`` defaults to ``mean``."""
-        super().__init__(
-            n_items=n_items, n_categories=n_categories, n_users=n_users, profile_sizes=profile_sizes,
-            item_dim=item_dim, category_dim=category_dim, user_dim=user_dim, profile_dim=profile_dim,
-            mlp_dims=mlp_dims, mlp_dropout=mlp_dropout, wide_hash_size=wide_hash_size,
-            sequence_pooling=sequence_pooling,
-        )
+    def __init__(self, *, sequence_pooling: SequencePooling = "mean", **kwargs: Any) -> None:
+        """:class:`WDL`'s arguments (``**kwargs``, followed there by the CLI); ``sequence_pooling``
+        defaults to ``mean``."""
+        super().__init__(sequence_pooling=sequence_pooling, **kwargs)
 
 
 # --------------------------------------------------------------------------- DIN
@@ -570,7 +553,7 @@ class DIN(CTRNet):
         profile_dim: int = 8,
         attention_dims: Sequence[int] = (80, 40),
         mlp_dims: Sequence[int] = (200, 80),
-        activation: str = "prelu",
+        activation: DINActivation = "prelu",
         attention_softmax: bool = False,
         mlp_dropout: float = 0.0,
     ) -> None:
@@ -585,7 +568,7 @@ class DIN(CTRNet):
             mlp_dropout: dropout after each MLP layer.
         """
         super().__init__()
-        _check_choice("activation", activation, DIN_ACTIVATIONS)
+        check_choice("activation", activation, DINActivation)
         _check_rate(mlp_dropout=mlp_dropout)
         attention_dims = _check_dims("attention_dims", attention_dims)
         mlp_dims = _check_dims("mlp_dims", mlp_dims)

@@ -29,21 +29,36 @@ total stride 2-4, e.g. 28 px -> 7x7 tokens with three stages (as many as ViT pat
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Sequence
 from functools import partial
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from timm.layers import ConvNormAct, HybridEmbed
 from torch import nn
 
-from models.resnet import ResNet, STEM_STRIDE, validate_resnet_config
+from models.choices import check_choice, choices
+from models.resnet import BlockKind, Padding, ResNet, STEM_STRIDE, StemKind, validate_resnet_config
 from models.vit import ViT, validate_vit_config
 
-CONSTRUCTIONS = ("last_stage", "extend_previous")
+Construction = Literal["last_stage", "extend_previous"]
+CONSTRUCTIONS = choices(Construction)
 
 
-def stage_layers(backbone_layers: Sequence[int], construction: str) -> tuple[int, ...]:
+def _vit_keywords(cls: type, kwargs: dict[str, Any], **fixed: Any) -> dict[str, Any]:
+    """Every keyword of ``ViT`` for a subclass ``cls`` that forwards ``**kwargs`` to it: the
+    given ones, ``fixed`` (the subclass's own defaults for ViT keywords, e.g. ``patch_size``)
+    and ViT's defaults for the rest, so the subclass can validate them before building
+    anything. ``embed_layer`` is the subclass's to set; an unknown keyword is a TypeError."""
+    if "embed_layer" in kwargs:
+        raise TypeError(f"{cls.__name__} sets embed_layer itself; it is not a keyword of {cls.__name__}")
+    bound = inspect.signature(ViT.__init__).bind_partial(None, **kwargs, **fixed)  # None: self
+    bound.apply_defaults()
+    return {k: v for k, v in bound.arguments.items() if k not in ("self", "embed_layer")}
+
+
+def stage_layers(backbone_layers: Sequence[int], construction: Construction) -> tuple[int, ...]:
     """Blocks per stage actually built: (3, 4, 6, 3) -> itself (``last_stage``) or (3, 4, 9)
     (``extend_previous``: the last stage's blocks move into the one before it)."""
     layers = tuple(backbone_layers)
@@ -53,12 +68,11 @@ def stage_layers(backbone_layers: Sequence[int], construction: str) -> tuple[int
 
 
 def validate_hybrid_config(
-    *, img_size: int, backbone_layers: Sequence[int], stem: str, construction: str, patch_size: int
+    *, img_size: int, backbone_layers: Sequence[int], stem: StemKind, construction: Construction, patch_size: int
 ) -> int:
     """The checks only the hybrid needs, after the full ResNet's and the ViT's keywords passed
     theirs; returns the CNN's total stride."""
-    if construction not in CONSTRUCTIONS:
-        raise ValueError(f"construction={construction!r} is not one of {list(CONSTRUCTIONS)}")
+    check_choice("construction", construction, Construction)
     layers = tuple(backbone_layers)
     if construction == "extend_previous" and len(layers) < 2:
         raise ValueError(
@@ -89,8 +103,9 @@ class HybridViT(ViT):
     block's last GroupNorm, as vit_jax and timm; bottleneck only), ``construction``
     (``last_stage`` | ``extend_previous``, see the module docstring).
 
-    Transformer keywords: those of ``models.vit.ViT``; ``patch_size`` is in feature-map
-    pixels (the paper: 1).
+    Transformer keywords: those of ``models.vit.ViT`` (``img_size``, ``in_chans``,
+    ``num_classes``, ``embed_dim``, ``pool``, ...), passed through ``**kwargs`` with ViT's
+    defaults; ``patch_size`` is in feature-map pixels and defaults to 1 (the paper's).
 
     Parameter names are timm's hybrid's: ``patch_embed.backbone.*`` (the ResNet, without its
     classifier), ``patch_embed.proj`` (the 1x1 token projection), then the ViT's.
@@ -101,40 +116,23 @@ class HybridViT(ViT):
     def __init__(
         self,
         *,
-        img_size: int = 32,
-        in_chans: int = 3,
-        num_classes: int = 10,
         backbone_layers: Sequence[int] = (1, 1, 1),
         backbone_channels: Optional[Sequence[int]] = (64, 128, 256),
         backbone_width: float = 1.0,
-        stem: str = "small",
+        stem: StemKind = "small",
         stem_chs: int = 32,
-        block: str = "bottleneck",
-        padding: str = "symmetric",
+        block: BlockKind = "bottleneck",
+        padding: Padding = "symmetric",
         gn_groups: int = 32,
         zero_init_last: bool = True,
-        construction: str = "last_stage",
+        construction: Construction = "last_stage",
         patch_size: int = 1,
-        embed_dim: int = 192,
-        depth: int = 6,
-        num_heads: int = 3,
-        mlp_ratio: float = 4.0,
-        pool: str = "cls",
-        pos_embed: str = "learned_1d",
-        dropout: float = 0.0,
-        attn_dropout: float = 0.0,
-        drop_path: float = 0.0,
-        pos_placement: str = "stem",
-        attention: str = "dot",
-        additive_dim: Optional[int] = None,
+        **kwargs: Any,
     ) -> None:
         # Everything is validated before the (possibly large) CNN is built.
-        validate_vit_config(
-            img_size=img_size, in_chans=in_chans, num_classes=num_classes, patch_size=patch_size,
-            embed_dim=embed_dim, depth=depth, num_heads=num_heads, mlp_ratio=mlp_ratio, pool=pool,
-            pos_embed=pos_embed, dropout=dropout, attn_dropout=attn_dropout, drop_path=drop_path,
-            pos_placement=pos_placement, attention=attention, additive_dim=additive_dim,
-        )
+        vit = _vit_keywords(type(self), kwargs, patch_size=patch_size)
+        validate_vit_config(**vit)
+        img_size, in_chans = vit["img_size"], vit["in_chans"]
         resnet = dict(
             img_size=img_size, in_chans=in_chans, num_classes=0, pool="none", width_factor=backbone_width,
             stem=stem, stem_chs=stem_chs, block=block, padding=padding, gn_groups=gn_groups,
@@ -152,13 +150,8 @@ class HybridViT(ViT):
         layers = stage_layers(backbone_layers, construction)
         channels = tuple(backbone_channels)[: len(layers)] if backbone_channels is not None else None
         backbone = ResNet(**resnet, layers=layers, channels=channels)
-        super().__init__(
-            img_size=img_size, in_chans=in_chans, num_classes=num_classes, patch_size=patch_size,
-            embed_dim=embed_dim, depth=depth, num_heads=num_heads, mlp_ratio=mlp_ratio, pool=pool,
-            pos_embed=pos_embed, dropout=dropout, attn_dropout=attn_dropout, drop_path=drop_path,
-            pos_placement=pos_placement, attention=attention, additive_dim=additive_dim,
-            embed_layer=partial(HybridEmbed, backbone=backbone),
-        )
+        # **kwargs straight into ViT: the CLI follows them there for ViT's parameters
+        super().__init__(patch_size=patch_size, **kwargs, embed_layer=partial(HybridEmbed, backbone=backbone))
         assert self.grid_size == (img_size // (cnn_stride * patch_size),) * 2, (self.grid_size, cnn_stride)
         self.construction = construction
         self.backbone_layers = tuple(backbone_layers)
@@ -223,7 +216,9 @@ class ConvStemViT(ViT):
     convs, as Xiao et al., stride 1 after) must multiply to it. ``stem_channels`` are the convs'
     widths. The 1x1 conv is timm's ``HybridEmbed`` projection (``patch_embed.proj``), the convs
     are ``patch_embed.backbone``, so every tool that reads a hybrid (attention distances in
-    pixels, rollout) reads this model too. Everything else is ``models.vit.ViT``'s keywords.
+    pixels, rollout) reads this model too. Everything else is ``models.vit.ViT``'s keywords
+    (``img_size``, ``patch_size``, ``embed_dim``, ...), passed through ``**kwargs`` with ViT's
+    defaults.
 
     Against the plain ViT at the same token grid this adds the stem's FLOPs (Xiao et al. remove
     one transformer block to pay for it). A wide stem can cost more than the encoder: in
@@ -238,40 +233,22 @@ class ConvStemViT(ViT):
     def __init__(
         self,
         *,
-        img_size: int = 32,
-        in_chans: int = 3,
-        num_classes: int = 10,
-        patch_size: int = 4,
         stem_channels: Sequence[int] = (32, 64),
         stem_strides: Optional[Sequence[int]] = None,
-        embed_dim: int = 192,
-        depth: int = 6,
-        num_heads: int = 3,
-        mlp_ratio: float = 4.0,
-        pool: str = "cls",
-        pos_embed: str = "learned_1d",
-        dropout: float = 0.0,
-        attn_dropout: float = 0.0,
-        drop_path: float = 0.0,
-        pos_placement: str = "stem",
-        attention: str = "dot",
-        additive_dim: Optional[int] = None,
+        **kwargs: Any,
     ) -> None:
-        vit = dict(
-            img_size=img_size, in_chans=in_chans, num_classes=num_classes, patch_size=patch_size,
-            embed_dim=embed_dim, depth=depth, num_heads=num_heads, mlp_ratio=mlp_ratio, pool=pool,
-            pos_embed=pos_embed, dropout=dropout, attn_dropout=attn_dropout, drop_path=drop_path,
-            pos_placement=pos_placement, attention=attention, additive_dim=additive_dim,
-        )
+        vit = _vit_keywords(type(self), kwargs)
         validate_vit_config(**vit)
+        img_size, patch_size = vit["img_size"], vit["patch_size"]
         strides = validate_conv_stem(patch_size=patch_size, stem_channels=stem_channels, stem_strides=stem_strides)
-        convs, prev = [], in_chans
+        convs, prev = [], vit["in_chans"]
         for width, stride in zip(stem_channels, strides):
             convs.append(ConvNormAct(prev, width, kernel_size=3, stride=stride, padding=1))
             prev = width
         stem = nn.Sequential(*convs)
         # the stem already reduces by patch_size: the projection is 1x1 on its output
-        super().__init__(**vit, embed_layer=lambda **kw: HybridEmbed(backbone=stem, **{**kw, "patch_size": 1}))
+        # **kwargs straight into ViT: the CLI follows them there for ViT's parameters
+        super().__init__(**kwargs, embed_layer=lambda **kw: HybridEmbed(backbone=stem, **{**kw, "patch_size": 1}))
         assert self.grid_size == (img_size // patch_size,) * 2, self.grid_size
         self.stem_channels = tuple(stem_channels)
         self.stem_strides = strides

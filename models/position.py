@@ -52,15 +52,24 @@ interface: ``table()`` -> (1, T, D) and ``forward(x)`` -> x + table() for x (B, 
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 from torch import nn
 from timm.layers import trunc_normal_
 from timm.layers.pos_embed_sincos import build_sincos2d_pos_embed
 
-POS_EMBED_KINDS = ("none", "learned_1d", "learned_2d", "sincos_2d", "relative", "relative_2d")
-POS_PLACEMENTS = ("stem", "every_layer", "every_layer_shared")
-ABSOLUTE_KINDS = ("learned_1d", "learned_2d", "sincos_2d")
-RELATIVE_KINDS = ("relative", "relative_2d")
+from models.choices import check_choice, choices
+
+AbsoluteKind = Literal["learned_1d", "learned_2d", "sincos_2d"]
+RelativeKind = Literal["relative", "relative_2d"]
+PosEmbedKind = Literal["none", AbsoluteKind, RelativeKind]  # flattened: none, the absolute, the relative kinds
+PosPlacement = Literal["stem", "every_layer", "every_layer_shared"]
+
+POS_EMBED_KINDS = choices(PosEmbedKind)
+POS_PLACEMENTS = choices(PosPlacement)
+ABSOLUTE_KINDS = choices(AbsoluteKind)
+RELATIVE_KINDS = choices(RelativeKind)
 VALID_PLACEMENTS: dict[str, tuple[str, ...]] = {
     "none": ("stem",),
     "learned_1d": POS_PLACEMENTS,
@@ -72,12 +81,10 @@ VALID_PLACEMENTS: dict[str, tuple[str, ...]] = {
 NUM_PREFIX_BUCKETS = 3  # class -> patch, patch -> class, class -> class (relative kinds)
 
 
-def validate_position(*, kind: str, placement: str, embed_dim: int, num_heads: int = 1) -> None:
+def validate_position(*, kind: PosEmbedKind, placement: PosPlacement, embed_dim: int, num_heads: int = 1) -> None:
     """Raise ValueError naming the bad value and the allowed ones; builds nothing."""
-    if kind not in POS_EMBED_KINDS:
-        raise ValueError(f"pos_embed={kind!r} is not one of {list(POS_EMBED_KINDS)}")
-    if placement not in POS_PLACEMENTS:
-        raise ValueError(f"pos_placement={placement!r} is not one of {list(POS_PLACEMENTS)}")
+    check_choice("pos_embed", kind, PosEmbedKind)
+    check_choice("pos_placement", placement, PosPlacement)
     allowed = VALID_PLACEMENTS[kind]
     if placement not in allowed:
         raise ValueError(
@@ -203,7 +210,7 @@ class SinCosPosEmbed2d(nn.Module):
         return x + self.table().to(x.dtype)
 
 
-_ABSOLUTE_CLASSES = {
+_ABSOLUTE_CLASSES: dict[str, type[nn.Module]] = {
     "learned_1d": LearnedPosEmbed1d,
     "learned_2d": LearnedPosEmbed2d,
     "sincos_2d": SinCosPosEmbed2d,
@@ -211,18 +218,17 @@ _ABSOLUTE_CLASSES = {
 
 
 def build_absolute(
-    *, kind: str, grid_size: tuple[int, int], embed_dim: int, num_prefix_tokens: int = 0
+    *, kind: AbsoluteKind, grid_size: tuple[int, int], embed_dim: int, num_prefix_tokens: int = 0
 ) -> nn.Module:
     """The absolute embedding module of ``kind`` (one of ``ABSOLUTE_KINDS``)."""
-    if kind not in _ABSOLUTE_CLASSES:
-        raise ValueError(f"pos_embed={kind!r} is not one of {list(ABSOLUTE_KINDS)}")
+    check_choice("pos_embed", kind, AbsoluteKind)
     return _ABSOLUTE_CLASSES[kind](
         grid_size=grid_size, embed_dim=embed_dim, num_prefix_tokens=num_prefix_tokens
     )
 
 
 def relative_position_index(
-    *, kind: str, grid_size: tuple[int, int], num_prefix_tokens: int = 0
+    *, kind: RelativeKind, grid_size: tuple[int, int], num_prefix_tokens: int = 0
 ) -> tuple[torch.Tensor, int]:
     """Bucket of every (query, key) pair: a (T, T) long tensor, and the number of buckets.
 
@@ -231,6 +237,7 @@ def relative_position_index(
     With prefix tokens, three more buckets follow the offset buckets: B (prefix query ->
     patch key), B + 1 (patch query -> prefix key), B + 2 (prefix -> prefix).
     """
+    check_choice("pos_embed", kind, RelativeKind)
     h, w = grid_size
     n = h * w
     rows, cols = _grid((h, w))
@@ -238,13 +245,11 @@ def relative_position_index(
         pos = torch.arange(n)
         index = pos[:, None] - pos[None, :] + (n - 1)
         num_offsets = 2 * n - 1
-    elif kind == "relative_2d":
+    else:  # relative_2d
         dr = rows[:, None] - rows[None, :] + (h - 1)
         dc = cols[:, None] - cols[None, :] + (w - 1)
         index = dr * (2 * w - 1) + dc
         num_offsets = (2 * h - 1) * (2 * w - 1)
-    else:
-        raise ValueError(f"pos_embed={kind!r} is not one of {list(RELATIVE_KINDS)}")
     if not num_prefix_tokens:
         return index, num_offsets
     t = num_prefix_tokens + n
@@ -273,7 +278,7 @@ class RelativePositionLogits(nn.Module):
     def __init__(
         self,
         *,
-        kind: str,
+        kind: RelativeKind,
         grid_size: tuple[int, int],
         num_heads: int,
         head_dim: int,
@@ -301,7 +306,7 @@ class RelativePositionLogits(nn.Module):
 
 
 def build_relative(
-    *, kind: str, grid_size: tuple[int, int], num_heads: int, head_dim: int, num_prefix_tokens: int = 0
+    *, kind: RelativeKind, grid_size: tuple[int, int], num_heads: int, head_dim: int, num_prefix_tokens: int = 0
 ) -> RelativePositionLogits:
     """The relative-logits module of ``kind`` (one of ``RELATIVE_KINDS``)."""
     return RelativePositionLogits(

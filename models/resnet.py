@@ -40,17 +40,23 @@ import math
 from collections import OrderedDict
 from collections.abc import Sequence
 from functools import partial
-from typing import Callable, Optional
+from typing import Callable, Literal, Optional
 
 import torch
 from torch import nn
 from timm.layers import ClassifierHead, GroupNormAct, StdConv2d, StdConv2dSame, calculate_drop_path_rates, make_divisible
 from timm.models.resnetv2 import Bottleneck, PreActBasic, PreActBottleneck, ResNetStage, create_resnetv2_stem
 
-STEMS = ("imagenet", "small")
-BLOCKS = ("bottleneck", "preact_bottleneck", "preact_basic")
-PADDINGS = ("symmetric", "same")
-POOLS = ("avg", "none")
+from models.choices import check_choice, choices
+
+StemKind = Literal["imagenet", "small"]
+BlockKind = Literal["bottleneck", "preact_bottleneck", "preact_basic"]
+Padding = Literal["symmetric", "same"]
+ResNetPool = Literal["avg", "none"]
+STEMS = choices(StemKind)
+BLOCKS = choices(BlockKind)
+PADDINGS = choices(Padding)
+POOLS = choices(ResNetPool)
 STEM_STRIDE = {"imagenet": 4, "small": 1}
 #: stage widths (output channels at width 1) of the standard ResNets, per block family
 DEFAULT_CHANNELS = {
@@ -60,11 +66,6 @@ DEFAULT_CHANNELS = {
 }
 #: weight-standardisation epsilon of the BiT and ViT-hybrid releases (timm uses the same)
 STD_CONV_EPS = 1e-8
-
-
-def _check_choice(name: str, value, allowed: Sequence) -> None:
-    if value not in allowed:
-        raise ValueError(f"{name}={value!r} is not one of {list(allowed)}")
 
 
 def _check_int_sequence(name: str, values, minimum: int) -> tuple[int, ...]:
@@ -85,24 +86,24 @@ def validate_resnet_config(
     layers: Sequence[int],
     channels: Optional[Sequence[int]],
     width_factor: float,
-    stem: str,
+    stem: StemKind,
     stem_chs: int,
-    block: str,
-    padding: str,
+    block: BlockKind,
+    padding: Padding,
     cbam: bool,
     cbam_reduction: int,
     cbam_kernel_size: int,
     gn_groups: int,
     dropout: float,
     drop_path: float,
-    pool: str,
+    pool: ResNetPool,
     zero_init_last: bool = False,
 ) -> None:
     """Raise ValueError naming the first invalid value; called before any module is built."""
-    _check_choice("stem", stem, STEMS)
-    _check_choice("block", block, BLOCKS)
-    _check_choice("padding", padding, PADDINGS)
-    _check_choice("pool", pool, POOLS)
+    check_choice("stem", stem, StemKind)
+    check_choice("block", block, BlockKind)
+    check_choice("padding", padding, Padding)
+    check_choice("pool", pool, ResNetPool)
     for name, value in (("img_size", img_size), ("in_chans", in_chans), ("stem_chs", stem_chs),
                         ("cbam_reduction", cbam_reduction), ("gn_groups", gn_groups)):
         if not isinstance(value, int) or value < 1:
@@ -317,10 +318,10 @@ class ResNet(nn.Module):
         layers: Sequence[int] = (2, 2, 2),
         channels: Optional[Sequence[int]] = None,
         width_factor: float = 1.0,
-        stem: str = "small",
+        stem: StemKind = "small",
         stem_chs: int = 64,
-        block: str = "preact_bottleneck",
-        padding: str = "symmetric",
+        block: BlockKind = "preact_bottleneck",
+        padding: Padding = "symmetric",
         cbam: bool = False,
         cbam_reduction: int = 16,
         cbam_kernel_size: int = 7,
@@ -328,7 +329,7 @@ class ResNet(nn.Module):
         dropout: float = 0.0,
         drop_path: float = 0.0,
         zero_init_last: bool = False,
-        pool: str = "avg",
+        pool: ResNetPool = "avg",
     ) -> None:
         validate_resnet_config(
             img_size=img_size, in_chans=in_chans, num_classes=num_classes, layers=layers, channels=channels,

@@ -1,7 +1,9 @@
 """Vision Transformer (Dosovitskiy et al., ICLR 2021, arXiv:2010.11929) on timm's VisionTransformer.
 
-Every ablation axis of the paper is a keyword with a closed set of values, validated before
-anything is built, so a bad config fails with the bad value and the allowed ones:
+Every ablation axis of the paper is a keyword with a closed set of values, a ``typing.Literal``
+in the signature (``models/choices.py``): the CLI rejects a bad value while parsing the config,
+and the constructor checks it again before anything is built, so a ViT made in Python fails
+with the bad value and the allowed ones too:
 
 - ``patch_size``: side of the square patches; must divide ``img_size``. Tokens = (img_size / patch_size)^2.
 - ``pool``: how the image representation is read off the encoder (Sec. 3.1, Appendix D.3).
@@ -48,7 +50,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
-from typing import Optional
+from typing import Literal, Optional
 
 import torch
 import torch.nn.functional as F
@@ -57,12 +59,16 @@ from timm.layers import LayerNorm
 from timm.layers.attention import Attention, maybe_add_mask, resolve_self_attn_mask
 from timm.models.vision_transformer import Block, VisionTransformer
 
+from models.choices import check_choice, choices
 from models.position import (
     POS_EMBED_KINDS,
-    POS_PLACEMENTS,
     RELATIVE_KINDS,
+    AbsoluteKind,
     LearnedPosEmbed1d,
     LearnedPosEmbed2d,
+    PosEmbedKind,
+    PosPlacement,
+    RelativeKind,
     RelativePositionLogits,
     SinCosPosEmbed2d,
     build_absolute,
@@ -70,15 +76,12 @@ from models.position import (
     validate_position,
 )
 
-POOLINGS = ("cls", "gap")
+Pooling = Literal["cls", "gap"]
+AttentionScoring = Literal["dot", "additive"]
+POOLINGS = choices(Pooling)
 POS_EMBEDS = POS_EMBED_KINDS
-ATTENTIONS = ("dot", "additive")
+ATTENTIONS = choices(AttentionScoring)
 POSITION_MODULES = (LearnedPosEmbed1d, LearnedPosEmbed2d, SinCosPosEmbed2d, RelativePositionLogits)
-
-
-def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ValueError(f"{name}={value!r} is not one of {list(allowed)}")
 
 
 def _check_positive(**values: float) -> None:
@@ -103,13 +106,13 @@ def validate_vit_config(
     depth: int,
     num_heads: int,
     mlp_ratio: float,
-    pool: str,
-    pos_embed: str,
+    pool: Pooling,
+    pos_embed: PosEmbedKind,
     dropout: float,
     attn_dropout: float,
     drop_path: float,
-    pos_placement: str = "stem",
-    attention: str = "dot",
+    pos_placement: PosPlacement = "stem",
+    attention: AttentionScoring = "dot",
     additive_dim: Optional[int] = None,
 ) -> None:
     """Raise ValueError naming the first invalid value; called before any module is built."""
@@ -117,10 +120,10 @@ def validate_vit_config(
         img_size=img_size, in_chans=in_chans, num_classes=num_classes, patch_size=patch_size,
         embed_dim=embed_dim, depth=depth, num_heads=num_heads, mlp_ratio=mlp_ratio,
     )
-    _check_choice("pool", pool, POOLINGS)
-    _check_choice("pos_embed", pos_embed, POS_EMBEDS)
-    _check_choice("pos_placement", pos_placement, POS_PLACEMENTS)
-    _check_choice("attention", attention, ATTENTIONS)
+    check_choice("pool", pool, Pooling)
+    check_choice("pos_embed", pos_embed, PosEmbedKind)
+    check_choice("pos_placement", pos_placement, PosPlacement)
+    check_choice("attention", attention, AttentionScoring)
     if additive_dim is not None:
         if attention != "additive":
             raise ValueError(
@@ -166,12 +169,12 @@ class ViTAttention(Attention):
         dim: int,
         num_heads: int = 8,
         *,
-        scoring: str = "dot",
+        scoring: AttentionScoring = "dot",
         additive_dim: Optional[int] = None,
         rel_pos: Optional[RelativePositionLogits] = None,
         **kwargs,
     ) -> None:
-        _check_choice("attention", scoring, ATTENTIONS)
+        check_choice("attention", scoring, AttentionScoring)
         super().__init__(dim, num_heads=num_heads, **kwargs)
         self.scoring = scoring
         self.rel_pos = rel_pos
@@ -274,10 +277,10 @@ class ViTBlock(Block):
         attn_drop: float = 0.0,
         norm_layer: type[nn.Module] = LayerNorm,
         attn_layer=None,  # replaced by ViTAttention
-        scoring: str = "dot",
+        scoring: AttentionScoring = "dot",
         additive_dim: Optional[int] = None,
-        relative: Optional[str] = None,
-        layer_pos: Optional[str] = None,
+        relative: Optional[RelativeKind] = None,
+        layer_pos: Optional[AbsoluteKind] = None,
         shared_pos: Optional[nn.Module] = None,
         grid_size: tuple[int, int] = (1, 1),
         num_prefix_tokens: int = 0,
@@ -406,13 +409,13 @@ class ViT(VisionTransformer):
         depth: int = 6,
         num_heads: int = 3,
         mlp_ratio: float = 4.0,
-        pool: str = "cls",
-        pos_embed: str = "learned_1d",
+        pool: Pooling = "cls",
+        pos_embed: PosEmbedKind = "learned_1d",
         dropout: float = 0.0,
         attn_dropout: float = 0.0,
         drop_path: float = 0.0,
-        pos_placement: str = "stem",
-        attention: str = "dot",
+        pos_placement: PosPlacement = "stem",
+        attention: AttentionScoring = "dot",
         additive_dim: Optional[int] = None,
         embed_layer: Optional[Callable[..., nn.Module]] = None,
     ) -> None:

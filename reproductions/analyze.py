@@ -183,14 +183,14 @@ def _hub_weights_offline() -> Optional[str]:
     connection probe to the endpoint that fails within seconds."""
     import huggingface_hub.constants
 
-    from datamodules.images import _TRUE, _endpoint_reachable
+    from datamodules.images.hub import TRUE_VALUES, endpoint_reachable
 
     for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         value = os.environ.get(var)
-        if value and value.strip().upper() in _TRUE:
+        if value and value.strip().upper() in TRUE_VALUES:
             return f"{var}={value}"
     endpoint = huggingface_hub.constants.ENDPOINT
-    if not _endpoint_reachable(endpoint):
+    if not endpoint_reachable(endpoint):
         return f"{endpoint} is unreachable"
     return None
 
@@ -222,11 +222,11 @@ def load_timm(
         # timm's loader: filters the state dict (e.g. original .npz, resized position tables)
         net = timm.create_model(name, pretrained=True, pretrained_cfg_overlay={"file": str(file)}, **kwargs)
     elif pretrained:
-        from datamodules.images import _offline_mode
+        from datamodules.images.hub import offline_mode
 
         why = _hub_weights_offline()
         try:
-            with _offline_mode(why is not None):
+            with offline_mode(why is not None):
                 net = timm.create_model(name, pretrained=True, **kwargs)
         except Exception as e:  # noqa: BLE001 - offline, any failure means: not in the cache
             if why is None:

@@ -74,6 +74,8 @@ from reproductions.tracking import log_checkpoints, log_results, log_status, wan
 from utils.atomic import atomic_write_text
 
 REPRODUCTIONS_DIR = Path(__file__).resolve().parent
+#: folders whose configs modify an experiment rather than name one (see ``experiment_name``)
+OVERLAY_FOLDERS = {"overlays", "sources"}
 
 
 @dataclass
@@ -121,11 +123,13 @@ class RunOptions:
 def experiment_name(config_paths: list) -> str:
     """``reproductions/vit/configs/digits.yaml`` -> ``vit/digits``; no config -> ``default``.
 
-    The last config names the experiment, skipping overlays (files in a folder named
-    ``overlays``, e.g. ``vit/configs/overlays/fsdp.yaml``): they change how a run is executed,
-    not which experiment it is.
+    The last config names the experiment, skipping overlays: files in a folder named
+    ``overlays`` (e.g. ``vit/configs/overlays/fsdp.yaml``: how a run is executed) or ``sources``
+    (e.g. ``bst/sources/movielens_1m.yaml``: which data it reads). So ``--config
+    bst/configs/wdl.yaml --config bst/sources/movielens_1m.yaml`` is ``bst/wdl``, and two models
+    given the same overlay never share a run directory.
     """
-    experiments = [p for p in config_paths if "overlays" not in Path(str(p)).parts[:-1]]
+    experiments = [p for p in config_paths if not OVERLAY_FOLDERS & set(Path(str(p)).parts[:-1])]
     if not experiments:
         return "default" if not config_paths else Path(str(config_paths[-1])).stem
     path = Path(str(experiments[-1])).resolve()

@@ -18,10 +18,12 @@ import pytest
 import yaml
 
 from reproductions.cli import main as cli_main
-from reproductions.report import REPORT_FILE, write_report
-from tests.helpers import inprocess_runner
 from reproductions.results import RESULTS_FILE, atomic_write_json, read_results
-from reproductions.sweep import SweepError, load_sweep, main as sweep_main, make_plan
+from reproductions.sweep import main as sweep_main
+from reproductions.sweeping.plan import make_plan
+from reproductions.sweeping.report import REPORT_FILE, write_report
+from reproductions.sweeping.spec import SweepError, load_sweep
+from tests.helpers import inprocess_runner
 
 REPO = Path(__file__).resolve().parents[1]
 BST = REPO / "reproductions" / "bst"
@@ -238,7 +240,7 @@ def test_movielens_at_the_cpu_profile_is_an_extra_override(tmp_path, capsys):
 
 
 def test_a_variant_with_its_own_base_config(tmp_path):
-    """sweep.py: a variant's ``base`` wins over the profile's and the sweep's; a wrong path fails early."""
+    """Sweep files: a variant's ``base`` wins over the profile's and the sweep's; a wrong path fails early."""
     spec = {
         "axis": "model", "base": "reproductions/bst/configs/bst.yaml",
         "variants": [{"name": "W", "base": "reproductions/bst/configs/wdl.yaml"}, {"name": "B"}],

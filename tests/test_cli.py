@@ -23,7 +23,8 @@ DIGITS = "reproductions/vit/configs/digits.yaml"
 CONFIGS = sorted(str(p.relative_to(REPO)) for p in (REPO / "reproductions").glob("**/configs/*.yaml"))
 LOCAL_SOURCES = {"digits", "fashion_mnist", "synthetic"}
 # CTR data sets that only a manual download provides; their readers and configs are exercised
-# on files written in the documented formats (tests/test_behavior_datamodule.py and the BST tests)
+# on files written in the documented formats (tests/test_behavior_readers.py, test_behavior_sources.py
+# and the BST tests)
 DOWNLOAD_ONLY = {"movielens_1m", "taobao_user_behavior", "amazon_electronics"}
 # a few seconds per run: a 1-block ViT, a handful of batches
 SMALL = [
@@ -90,6 +91,15 @@ def test_experiment_name_from_config_path():
     assert experiment_name([REPO / DIGITS]) == "vit/digits"
     assert experiment_name([]) == "default"
     assert experiment_name(["/elsewhere/my_exp.yaml"]) == "my_exp"
+
+
+def test_overlays_and_sources_never_name_the_experiment():
+    source = REPO / "reproductions/bst/sources/movielens_1m.yaml"
+    fsdp = REPO / "reproductions/vit/configs/overlays/fsdp.yaml"
+    names = {experiment_name([REPO / f"reproductions/bst/configs/{m}.yaml", source]) for m in ("wdl", "din", "bst")}
+    assert names == {"bst/wdl", "bst/din", "bst/bst"}  # two models given one source: two run directories
+    assert experiment_name([REPO / DIGITS, fsdp]) == "vit/digits"
+    assert experiment_name([source]) == "movielens_1m"  # an overlay alone still names something
 
 
 # --------------------------------------------------------------------------- run directory
@@ -211,8 +221,8 @@ def test_failed_run_leaves_a_failed_results_json(tmp_path):
     [
         (["--model.net.init_args.patch_size", "3"], "patch_size=3 does not divide img_size=8"),
         (["--model.net.init_args.num_heads", "3"], "num_heads=3 does not divide embed_dim=32"),
-        (["--model.net.init_args.pool", "max"], "pool='max' is not one of"),
-        (["--model.net.init_args.pos_embed", "fourier"], "pos_embed='fourier' is not one of"),
+        (["--model.net.init_args.pool", "max"], "Expected a typing.Literal['cls', 'gap']. Got value: max"),
+        (["--model.net.init_args.pos_embed", "fourier"], "Got value: fourier"),
         (["--model.net.init_args.num_classes", "7"], "10 classes but the net was built with num_classes=7"),
         (["--data.source", "imagenet-on-mars"], "imagenet-on-mars"),
     ],

@@ -16,7 +16,7 @@ import torch.multiprocessing as mp
 from sklearn.metrics import roc_auc_score
 
 from datamodules.behavior import BehaviorDataModule
-from lightning_modules.common import warmup_schedule
+from lightning_modules.base import warmup_schedule
 from lightning_modules.ctr import CTRModule, check_feature_sizes, rela_impr
 from lightning_modules.metrics import GroupAUROC, group_auroc
 from models.ctr import BST, WDL

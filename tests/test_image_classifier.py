@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from lightning_modules.common import warmup_schedule
+from lightning_modules.base import warmup_schedule
 from lightning_modules.image_classifier import ImageClassifier
 from lightning_modules.model_stats import count_flops, count_parameters
 from models.vit import ViT

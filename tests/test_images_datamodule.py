@@ -1,114 +1,22 @@
-"""Tests for datamodules/images.py: offline, CPU, tiny real or generated data.
+"""``ImageDataModule`` through its public API: splits, loaders, settings (``datamodules/images/module.py``).
 
-Every cache goes to tmp_path; the hub is forced offline (HF_HUB_OFFLINE=1) except in the one test that checks
-the reachability probe against a closed local port. Only the Debian Fashion-MNIST test touches 60k images.
+Offline, CPU, tiny data: the shared fixtures are in ``tests/images_helpers.py``.
 """
 
 from __future__ import annotations
 
-import gzip
 import json
-import os
-import socket
-import struct
-import time
-from pathlib import Path
 from types import SimpleNamespace
 
-import datasets
-import huggingface_hub.constants
 import numpy as np
 import pytest
 import torch
-from PIL import Image
-from torch.utils.data import RandomSampler
 
-import datamodules.images as images_mod
-from datamodules.images import AUGMENTS, SOURCES, ImageDataModule, SeededRandomSampler, balanced_subset
-
-DEBIAN_DIR = Path("/usr/share/datasets/fashion-mnist")
-DIGITS_N = 1797
+from datamodules.images import AUGMENTS, IMAGE_MODES, SOURCES, ImageDataModule
+from tests.images_helpers import DIGITS_N, cache, class_counts, isolated, make, rows, write_folder  # noqa: F401
 
 
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch, tmp_path):
-    """No user data dirs, no default caches in the home directory, no network, no leaked Lightning seed."""
-    monkeypatch.delenv("DATA_DIR", raising=False)
-    monkeypatch.delenv("PL_GLOBAL_SEED", raising=False)
-    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "default-hf-cache"))
-
-
-@pytest.fixture
-def cache(tmp_path) -> str:
-    return str(tmp_path / "cache")
-
-
-def make(cache: str, **kwargs) -> ImageDataModule:
-    dm = ImageDataModule(cache_dir=cache, **kwargs)
-    dm.prepare_data()
-    dm.setup("fit")
-    return dm
-
-
-def rows(dataset) -> set[int]:
-    return set(dataset.indices.tolist())
-
-
-def class_counts(labels, num_classes: int = 10) -> np.ndarray:
-    return np.bincount(np.asarray(labels), minlength=num_classes)
-
-
-# ---------------------------------------------------------------------------------------------------- fixtures
-
-
-def write_idx(path: Path, array: np.ndarray, magic: int | None = None, truncate: int = 0) -> None:
-    """Write ``array`` (uint8) as a gzipped idx file in the real format: big-endian magic, dims, raw bytes."""
-    array = np.ascontiguousarray(array, dtype=np.uint8)
-    magic = 0x0800 | array.ndim if magic is None else magic
-    header = struct.pack(">I", magic) + struct.pack(f">{array.ndim}I", *array.shape)
-    payload = header + array.tobytes()
-    with gzip.open(path, "wb") as f:
-        f.write(payload[: len(payload) - truncate])
-
-
-def write_fashion(directory: Path, n_train: int = 60, n_test: int = 20, seed: int = 0) -> dict[str, np.ndarray]:
-    directory.mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(seed)
-    data = {
-        "train_x": rng.integers(0, 256, (n_train, 28, 28), dtype=np.uint8),
-        "train_y": rng.permutation(np.arange(n_train) % 10).astype(np.uint8),
-        "test_x": rng.integers(0, 256, (n_test, 28, 28), dtype=np.uint8),
-        "test_y": rng.permutation(np.arange(n_test) % 10).astype(np.uint8),
-    }
-    write_idx(directory / "train-images-idx3-ubyte.gz", data["train_x"])
-    write_idx(directory / "train-labels-idx1-ubyte.gz", data["train_y"])
-    write_idx(directory / "t10k-images-idx3-ubyte.gz", data["test_x"])
-    write_idx(directory / "t10k-labels-idx1-ubyte.gz", data["test_y"])
-    return data
-
-
-def write_folder(root: Path, classes=("cat", "dog", "frog"), per_class: int = 6, size=(10, 12), mode="RGB", seed=0):
-    """PNG image folder root/<class>/<i>.png; returns {raw bytes of the (H, W[, C]) array: class index}."""
-    rng = np.random.default_rng(seed)
-    written = {}
-    for k, name in enumerate(classes):
-        (root / name).mkdir(parents=True, exist_ok=True)
-        for i in range(per_class):
-            shape = (*size, 3) if mode == "RGB" else size
-            pixels = rng.integers(0, 256, shape, dtype=np.uint8)
-            Image.fromarray(pixels, mode=mode).save(root / name / f"{i}.png")
-            written[pixels.tobytes()] = k
-    return written
-
-
-def chw_to_key(image: torch.Tensor) -> bytes:
-    array = image.numpy()
-    return (array[0] if array.shape[0] == 1 else array.transpose(1, 2, 0)).tobytes()
-
-
-# ---------------------------------------------------------------------------------------------------- splits
+# ------------------------------------------------------------------------------------------- splits
 
 
 def test_digits_splits_add_up_and_are_stratified(cache):
@@ -144,7 +52,7 @@ def test_split_seed_alone_determines_the_splits(cache, monkeypatch):
 def test_train_samples_are_nested_and_class_balanced(cache):
     full = make(cache, source="digits")
     subsets = {}
-    for n in (7, 25, 100, 333):
+    for n in (10, 25, 100, 333):  # at least one image per class
         dm = make(cache, source="digits", train_samples=n)
         subset = rows(dm.train_dataset)
         counts = class_counts(dm.train_dataset.targets)
@@ -157,24 +65,33 @@ def test_train_samples_are_nested_and_class_balanced(cache):
         assert subsets[small] < subsets[large]
 
 
-def test_balanced_subset_nested_for_every_size():
-    labels = np.random.default_rng(0).integers(0, 4, size=60)
-    previous: set[int] = set()
-    for n in range(1, 41):
-        chosen = balanced_subset(labels, n, 4, np.random.default_rng(7))
-        counts = np.bincount(labels[chosen], minlength=4)
-        assert len(chosen) == n and counts.max() - counts.min() <= 1
-        assert previous <= set(chosen.tolist())
-        previous = set(chosen.tolist())
-
-
 def test_train_samples_errors(cache):
     dm = ImageDataModule(cache_dir=cache, source="digits", train_samples=5000)
     with pytest.raises(ValueError, match=r"train_samples=5000.*1294"):
         dm.setup()
-    labels = np.array([0] * 10 + [1] * 10 + [2] * 2)
-    with pytest.raises(ValueError, match=r"class 2 \('c'\).*only 2"):
-        balanced_subset(labels, 12, 3, np.random.default_rng(0), class_names=["a", "b", "c"])
+
+
+@pytest.mark.parametrize(("n", "classes"), [(1, r"\[1\.\.9\]"), (5, r"\[5\.\.9\]"), (9, r"\[9\]")])
+def test_train_samples_below_one_per_class_is_refused(cache, n, classes):
+    """A balanced subset smaller than the class count would silently train without some classes."""
+    dm = ImageDataModule(cache_dir=cache, source="digits", train_samples=n)
+    with pytest.raises(ValueError, match=rf"train_samples={n} leaves classes {classes} with no training image; "
+                                         r"use at least 10 \(one per class\)"):
+        dm.setup()
+    assert len(make(cache, source="digits", train_samples=10).train_dataset) == 10
+
+
+def test_a_class_without_training_images_is_refused(cache, tmp_path):
+    """A class that only the test split has, or whose images the hold-outs take: named, with the cause."""
+    write_folder(tmp_path / "split" / "train", classes=("cat", "dog"), per_class=5)
+    write_folder(tmp_path / "split" / "test", classes=("cat", "dog", "frog"), per_class=2)
+    with pytest.raises(ValueError, match=r"classes \[2\] \('frog'\) \(of 3\): the source's train split has none"):
+        make(cache, source="folder", data_dir=str(tmp_path / "split"))
+    # one frog among 11 images: a 0.7 test share takes it (its 0.7 is the largest remainder of 3.5, 3.5, 0.7)
+    write_folder(tmp_path / "few", classes=("cat", "dog"), per_class=5)
+    write_folder(tmp_path / "few", classes=("frog",), per_class=1, seed=1)
+    with pytest.raises(ValueError, match=r"classes \[2\] \('frog'\).*holding out test_fraction=0\.7 and val_"):
+        make(cache, source="folder", data_dir=str(tmp_path / "few"), test_fraction=0.7)
 
 
 def test_val_fraction_zero_gives_an_empty_val_loader(cache):
@@ -183,7 +100,8 @@ def test_val_fraction_zero_gives_an_empty_val_loader(cache):
     assert len(dm.train_dataset) + len(dm.test_dataset) == DIGITS_N
 
 
-# ---------------------------------------------------------------------------------------------------- loaders
+
+# ------------------------------------------------------------------------------------------ loaders
 
 
 def test_global_batch_is_split_across_devices(cache):
@@ -247,369 +165,20 @@ def test_drop_last_only_when_the_train_split_holds_two_batches(cache, batch_size
     assert sum(len(b[1]) for b in loader) == (16 if drop_last else 20)
 
 
-def test_sampler_order_depends_only_on_seed_and_epoch():
-    data = list(range(50))
-    a, b = SeededRandomSampler(data, seed=1), SeededRandomSampler(data, seed=1)
-    assert isinstance(a, RandomSampler)  # so Lightning treats the loader as shuffled
-    a.set_epoch(3)
-    b.set_epoch(3)
-    order = list(a)
-    assert order == list(a) == list(b) and sorted(order) == data and order != data
-    b.set_epoch(4)
-    assert list(b) != order
-    other_seed = SeededRandomSampler(data, seed=2)
-    other_seed.set_epoch(3)
-    assert list(other_seed) != order
 
-
-def test_train_loader_uses_the_lightning_global_seed(cache, monkeypatch):
-    dm = make(cache, source="digits")
-    monkeypatch.setenv("PL_GLOBAL_SEED", "7")
-    sampler = dm.train_dataloader().sampler
-    assert isinstance(sampler, SeededRandomSampler) and sampler.seed == 7
-
-
-def test_lightning_sets_the_epoch_so_a_resumed_run_sees_the_same_order(cache, monkeypatch):
-    """The order Lightning feeds each epoch is the sampler's (seed, epoch) permutation, nothing else."""
-    import lightning as L
-
-    class Recorder(L.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.layer = torch.nn.Linear(64, 10)
-            self.seen: dict[int, list[torch.Tensor]] = {}
-
-        def training_step(self, batch, batch_idx):
-            x, y = batch
-            self.seen.setdefault(self.current_epoch, []).append(x.clone())
-            return torch.nn.functional.cross_entropy(self.layer(x.flatten(1)), y)
-
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.01)
-
-    monkeypatch.setenv("PL_GLOBAL_SEED", "0")  # restored after the test; seed_everything overwrites it
-    L.seed_everything(3, verbose=False)
-    dm = ImageDataModule(cache_dir=cache, source="digits", train_samples=40, batch_size=8)
-    model = Recorder()
-    trainer = L.Trainer(
-        max_epochs=2, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
-    )  # fmt: skip
-    trainer.fit(model, datamodule=dm)
-    for epoch in (0, 1):
-        sampler = SeededRandomSampler(dm.train_dataset, seed=3)
-        sampler.set_epoch(epoch)
-        order = sampler.permutation()
-        expected = torch.stack([dm.train_dataset[i][0] for i in order])
-        assert torch.equal(torch.cat(model.seen[epoch]), expected)
-    assert not torch.equal(torch.cat(model.seen[0]), torch.cat(model.seen[1]))
-
-
-# ---------------------------------------------------------------------------------------------------- augment
-
-
-@pytest.fixture
-def fashion_dir(tmp_path) -> Path:
-    write_fashion(tmp_path / "fashion")
-    return tmp_path / "fashion"
-
-
-@pytest.mark.parametrize("augment", AUGMENTS)
-@pytest.mark.parametrize("source", ["digits", "fashion_mnist"])
-def test_every_augment_runs_and_changes_only_training_images(cache, fashion_dir, source, augment):
-    data_dir = str(fashion_dir) if source == "fashion_mnist" else None
-    plain = make(cache, source=source, data_dir=data_dir)
-    dm = make(cache, source=source, data_dir=data_dir, augment=augment, batch_size=16)
-    shape = (1, 8, 8) if source == "digits" else (1, 28, 28)
-    torch.manual_seed(0)
-    x, y = next(iter(dm.train_dataloader()))
-    assert x.shape == (16, *shape) and x.dtype == torch.float32 and torch.isfinite(x).all()
-    batch = list(range(16))
-    augmented = torch.stack([s[0] for s in dm.train_dataset.__getitems__(batch)])
-    reference = torch.stack([s[0] for s in plain.train_dataset.__getitems__(batch)])
-    assert torch.equal(augmented, reference) is (augment == "none")
-    # evaluation data is never augmented
-    assert torch.equal(dm.test_dataset[0][0], plain.test_dataset[0][0])
-
-
-# ---------------------------------------------------------------------------------------------------- Fashion-MNIST
-
-
-@pytest.mark.skipif(
-    not (DEBIAN_DIR / "train-images-idx3-ubyte.gz").is_file(),
-    reason=f"{DEBIAN_DIR} absent: install the Debian package dataset-fashion-mnist to run this test",
-)
-def test_fashion_mnist_from_the_debian_files(cache):
-    dm = make(cache, source="fashion_mnist")
-    info = dm.describe()
-    assert info["origin"] == str(DEBIAN_DIR) and info["test_split"] == "official test"
-    assert len(dm.train_dataset) + len(dm.val_dataset) == 60000 and len(dm.test_dataset) == 10000
-    assert dm.input_shape == (1, 28, 28) and dm.num_classes == 10 and dm.class_names[9] == "Ankle boot"
-    with gzip.open(DEBIAN_DIR / "t10k-labels-idx1-ubyte.gz") as f:
-        labels = np.frombuffer(f.read(), dtype=np.uint8, offset=8)
-    assert np.array_equal(dm.test_dataset.targets.numpy(), labels)  # official order kept
-    x, y = next(iter(dm.train_dataloader()))
-    assert x.shape == (128, 1, 28, 28) and abs(x.mean().item()) < 0.3
-
-
-@pytest.mark.parametrize("where", ["data_dir", "DATA_DIR/fashion-mnist", "DATA_DIR"])
-def test_fashion_mnist_from_idx_files_round_trips(cache, tmp_path, monkeypatch, where):
-    target = {"data_dir": tmp_path / "given", "DATA_DIR/fashion-mnist": tmp_path / "data" / "fashion-mnist"}
-    directory = target.get(where, tmp_path / "data")
-    data = write_fashion(directory, n_train=40, n_test=12, seed=3)
-    if where != "data_dir":
-        monkeypatch.setenv("DATA_DIR", str(tmp_path / "data"))
-    dm = make(cache, source="fashion_mnist", data_dir=str(directory) if where == "data_dir" else None)
-    assert dm.describe()["origin"] == str(directory)
-    assert len(dm.train_dataset) + len(dm.val_dataset) == 40 and len(dm.test_dataset) == 12
-    test = dm.test_dataset
-    assert np.array_equal(test.images[test.indices][:, 0].numpy(), data["test_x"])
-    assert np.array_equal(test.targets.numpy(), data["test_y"])
-    # what the loader serves, de-normalised, is the file's pixels
-    x, y = next(iter(dm.test_dataloader()))
-    pixels = ((x[:, 0] * dm.std[0] + dm.mean[0]) * 255).round().to(torch.uint8)
-    assert torch.equal(pixels, torch.from_numpy(data["test_x"])) and torch.equal(
-        y, torch.from_numpy(data["test_y"]).long()
-    )
-    pool = dm.train_dataset.images[:, 0].numpy()
-    assert np.array_equal(pool, data["train_x"])
-
-
-@pytest.mark.parametrize(
-    ("bad_file", "kind"),
-    [
-        ("train-images-idx3-ubyte.gz", "magic"),
-        ("t10k-labels-idx1-ubyte.gz", "truncated"),
-        ("train-labels-idx1-ubyte.gz", "not gzip"),
-    ],
-)
-def test_malformed_idx_file_is_named_in_the_error(cache, fashion_dir, bad_file, kind):
-    path = fashion_dir / bad_file
-    if kind == "magic":
-        write_idx(path, np.zeros((60, 28, 28), np.uint8), magic=0x0801)
-    elif kind == "truncated":
-        write_idx(path, np.zeros(20, np.uint8), truncate=3)
-    else:
-        path.write_bytes(b"this is not a gzip file")
-    dm = ImageDataModule(cache_dir=cache, source="fashion_mnist", data_dir=str(fashion_dir))
-    with pytest.raises(ValueError, match="malformed|cannot read") as error:
-        dm.prepare_data()
-    assert str(path) in str(error.value)
-
-
-def test_fashion_mnist_second_setup_reads_the_cache(cache, fashion_dir, monkeypatch):
-    first = make(cache, source="fashion_mnist", data_dir=str(fashion_dir))
-    cached = sorted((Path(cache) / "attention-repro").iterdir())
-    assert [p.name.startswith("fashion_mnist-") for p in cached] == [True]  # one cache, no temp dirs left
-
-    def no_parsing(*args, **kwargs):
-        raise AssertionError("the idx files were parsed again instead of read from the cache")
-
-    monkeypatch.setattr(images_mod, "_read_idx", no_parsing)
-    second = make(cache, source="fashion_mnist", data_dir=str(fashion_dir))
-    assert torch.equal(second.train_dataset.images, first.train_dataset.images)
-
-    # a changed source file (new mtime) invalidates the cache: conversion is attempted again
-    path = fashion_dir / "t10k-labels-idx1-ubyte.gz"
-    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
-    with pytest.raises(AssertionError, match="parsed again"):
-        make(cache, source="fashion_mnist", data_dir=str(fashion_dir))
-
-
-def test_an_interrupted_cache_write_leaves_no_cache(cache, fashion_dir, monkeypatch):
-    real_save = datasets.DatasetDict.save_to_disk
-
-    def save_then_die(self, path, *args, **kwargs):
-        real_save(self, path, *args, **kwargs)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(datasets.DatasetDict, "save_to_disk", save_then_die)
-    with pytest.raises(KeyboardInterrupt):
-        make(cache, source="fashion_mnist", data_dir=str(fashion_dir))
-    assert list((Path(cache) / "attention-repro").iterdir()) == []
-    monkeypatch.setattr(datasets.DatasetDict, "save_to_disk", real_save)
-    assert len(make(cache, source="fashion_mnist", data_dir=str(fashion_dir)).test_dataset) == 20
-
-
-def test_fashion_mnist_missing_everywhere_says_where_it_looked(cache, tmp_path, monkeypatch):
-    monkeypatch.setenv("DATA_DIR", str(tmp_path / "data"))
-    (tmp_path / "data").mkdir()
-    monkeypatch.setattr(images_mod, "FASHION_MNIST_DEBIAN_DIR", str(tmp_path / "no-debian"))
-    dm = ImageDataModule(cache_dir=cache, source="fashion_mnist")
-    with pytest.raises(FileNotFoundError) as error:
-        dm.prepare_data()
-    message = str(error.value)
-    for place in (tmp_path / "data" / "fashion-mnist", tmp_path / "data", tmp_path / "no-debian"):
-        assert str(place) in message
-    for hint in ("zalando-datasets/fashion_mnist", "apt-get install dataset-fashion-mnist", "DATA_DIR", "network"):
-        assert hint in message
-
-    with pytest.raises(FileNotFoundError, match="does-not-exist"):
-        ImageDataModule(cache_dir=cache, source="fashion_mnist", data_dir=str(tmp_path / "does-not-exist"))
-
-
-# ---------------------------------------------------------------------------------------------------- folder
-
-
-def test_folder_without_test_split_holds_one_out(cache, tmp_path):
-    written = write_folder(tmp_path / "imgs")
-    dm = make(cache, source="folder", data_dir=str(tmp_path / "imgs"), batch_size=4)
-    assert dm.class_names == ["cat", "dog", "frog"] and dm.input_shape == (3, 10, 12)
-    assert dm.describe()["test_split"] == "held out" and dm.describe()["in_memory"] is True
-    assert len(dm.test_dataset) == round(0.2 * 18)
-    assert len(dm.train_dataset) + len(dm.val_dataset) + len(dm.test_dataset) == 18
-    for split in (dm.train_dataset, dm.val_dataset, dm.test_dataset):
-        for j in split.indices.tolist():  # every pixel array is a written image, with its class as label
-            assert written[chw_to_key(split.images[j])] == int(split.labels[j])
-    x, y = next(iter(dm.train_dataloader()))
-    assert x.shape == (4, 3, 10, 12) and y.dtype == torch.int64
-
-
-def test_folder_with_test_split_and_resize(cache, tmp_path):
-    write_folder(tmp_path / "imgs" / "train", per_class=5, seed=1)
-    write_folder(tmp_path / "imgs" / "test", per_class=2, seed=2)
-    dm = make(cache, source="folder", data_dir=str(tmp_path / "imgs"), image_size=8)
-    assert dm.describe()["test_split"] == "official test" and len(dm.test_dataset) == 6
-    assert len(dm.train_dataset) + len(dm.val_dataset) == 15
-    assert dm.input_shape == (3, 8, 8) and next(iter(dm.test_dataloader()))[0].shape == (6, 3, 8, 8)
-    assert sorted(dm.test_dataset.targets.tolist()) == [0, 0, 1, 1, 2, 2]
-
-
-def test_lazy_folder_serves_the_same_tensors_as_in_memory(cache, tmp_path):
-    write_folder(tmp_path / "imgs", per_class=4)
-    kwargs = {"source": "folder", "data_dir": str(tmp_path / "imgs"), "batch_size": 4}
-    memory = make(cache, **kwargs)
-    lazy = make(cache, max_in_memory_bytes=0, **kwargs)
-    assert memory.in_memory is True and lazy.in_memory is False
-    assert lazy.mean == pytest.approx(memory.mean) and lazy.std == pytest.approx(memory.std)
-    assert lazy.input_shape == memory.input_shape
-    for a, b in zip(lazy.test_dataloader(), memory.test_dataloader(), strict=True):
-        assert torch.allclose(a[0], b[0], atol=1e-5) and torch.equal(a[1], b[1])
-    lazy_aug = make(cache, augment="randaugment", max_in_memory_bytes=0, **kwargs)
-    assert next(iter(lazy_aug.train_dataloader()))[0].shape == (4, 3, 10, 12)
-
-
-def test_grayscale_folder_has_one_channel(cache, tmp_path):
-    write_folder(tmp_path / "imgs", mode="L", per_class=3)
-    dm = make(cache, source="folder", data_dir=str(tmp_path / "imgs"))
-    assert dm.input_shape == (1, 10, 12) and len(dm.mean) == 1
-
-
-def test_folder_errors_name_the_path(cache, tmp_path):
-    missing = tmp_path / "nowhere"
-    with pytest.raises(FileNotFoundError, match=str(missing)):
-        ImageDataModule(cache_dir=cache, source="folder", data_dir=str(missing))
-    (tmp_path / "empty" / "cat").mkdir(parents=True)
-    (tmp_path / "empty" / "cat" / "notes.txt").write_text("no images here")
-    with pytest.raises(FileNotFoundError, match=r"no images .*empty"):
-        ImageDataModule(cache_dir=cache, source="folder", data_dir=str(tmp_path / "empty"))
-    with pytest.raises(ValueError, match="needs data_dir"):
-        ImageDataModule(cache_dir=cache, source="folder")
-    write_folder(tmp_path / "mixed", classes=("x",), size=(10, 12))
-    write_folder(tmp_path / "mixed", classes=("y",), size=(9, 9), seed=1)
-    with pytest.raises(ValueError, match="differ in size.*set image_size"):
-        make(cache, source="folder", data_dir=str(tmp_path / "mixed"))
-    assert make(cache, source="folder", data_dir=str(tmp_path / "mixed"), image_size=9).input_shape == (3, 9, 9)
-
-
-# ---------------------------------------------------------------------------------------------------- hub
-
-
-@pytest.mark.parametrize(
-    ("source", "name"), [("cifar10", "uoft-cs/cifar10"), ("someone/tiny-images", "someone/tiny-images")]
-)
-def test_offline_hub_load_fails_fast_and_clearly(cache, source, name):
-    before = (datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE)
-    dm = ImageDataModule(cache_dir=cache, source=source)
-    start = time.monotonic()
-    with pytest.raises(FileNotFoundError) as error:
-        dm.prepare_data()
-    assert time.monotonic() - start < 20
-    message = str(error.value)
-    assert name in message and "not in the local datasets cache" in message and "network" in message
-    assert (datasets.config.HF_HUB_OFFLINE, huggingface_hub.constants.HF_HUB_OFFLINE) == before
-
-
-def hub_like(splits: dict[str, int], image_column: str = "img", seed: int = 0, **label_columns) -> datasets.DatasetDict:
-    """A DatasetDict shaped like a hub image dataset: PIL images plus ClassLabel columns (name=class names)."""
-    rng = np.random.default_rng(seed)
-    features = {"caption": datasets.Value("string"), image_column: datasets.Image()}
-    features |= {c: datasets.ClassLabel(names=names) for c, names in label_columns.items()}
-    out = {}
-    for split, n in splits.items():
-        columns = {
-            "caption": [f"image {i}" for i in range(n)],
-            image_column: [Image.fromarray(rng.integers(0, 256, (6, 6, 3), dtype=np.uint8)) for _ in range(n)],
-        }
-        columns |= {c: [i % len(names) for i in range(n)] for c, names in label_columns.items()}
-        out[split] = datasets.Dataset.from_dict(columns, features=datasets.Features(features))
-    return datasets.DatasetDict(out)
-
-
-def test_hub_sources_pick_their_columns_and_splits(cache, monkeypatch):
-    loaded = []
-
-    def fake_load(name, cache_dir):
-        loaded.append(name)
-        return hubs[name]
-
-    hubs = {
-        "uoft-cs/cifar100": hub_like(
-            {"train": 30, "test": 8}, coarse_label=["c0", "c1"], fine_label=["f0", "f1", "f2"]
-        ),
-        "owner/pictures": hub_like(
-            {"train": 20, "validation": 6}, image_column="picture", label=["a", "b"], other=list("xyz")
-        ),
-    }
-    monkeypatch.setattr(images_mod, "_load_hub_dataset", fake_load)
-    dm = make(cache, source="cifar100")
-    assert loaded[-1] == "uoft-cs/cifar100" and dm.class_names == ["f0", "f1", "f2"]  # fine, not coarse
-    assert dm.input_shape == (3, 6, 6) and len(dm.test_dataset) == 8 and dm.describe()["test_split"] == "official test"
-    assert dm.test_dataset.targets.tolist() == [i % 3 for i in range(8)]
-
-    dm = make(cache, source="owner/pictures")  # first Image column, first ClassLabel column, validation as test
-    assert dm.class_names == ["a", "b"] and len(dm.test_dataset) == 6
-    assert dm.describe()["test_split"] == "official validation"
-    assert make(cache, source="owner/pictures", label_column="other").class_names == ["x", "y", "z"]
-    with pytest.raises(ValueError, match="no label column 'nope'.*set label_column"):
-        make(cache, source="owner/pictures", label_column="nope")
-
-
-def test_unreachable_hub_is_detected_by_the_probe(cache, monkeypatch):
-    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
-        monkeypatch.delenv(var, raising=False)
-    for var in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
-    with socket.socket() as s:  # a local port nobody listens on: connections are refused at once
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", f"http://127.0.0.1:{port}")
-    start = time.monotonic()
-    with pytest.raises(FileNotFoundError, match=r"uoft-cs/cifar100.*unreachable"):
-        ImageDataModule(cache_dir=cache, source="cifar100").prepare_data()
-    assert time.monotonic() - start < 20
-    assert datasets.config.HF_HUB_OFFLINE is False and huggingface_hub.constants.HF_HUB_OFFLINE is False
-
-
-# ---------------------------------------------------------------------------------------------------- config
+# ----------------------------------------------------------------------------------------- settings
 
 
 def test_bad_config_values_fail_at_construction(cache):
     with pytest.raises(ValueError, match="unknown source 'mnist'") as error:
         ImageDataModule(source="mnist")
-    assert all(s in str(error.value) for s in SOURCES)
-    with pytest.raises(ValueError, match="unknown augment 'mixup'") as error:
-        ImageDataModule(augment="mixup")
-    assert all(a in str(error.value) for a in AUGMENTS)
+    assert all(s in str(error.value) for s in SOURCES) and "owner/name" in str(error.value)
     for kwargs, pattern in [
         ({"val_fraction": 1.0}, "val_fraction=1.0"),
         ({"val_fraction": -0.1}, "val_fraction=-0.1"),
         ({"test_fraction": 0.0}, "test_fraction=0.0"),
         ({"batch_size": 0}, "batch_size=0"),
         ({"train_samples": 0}, "train_samples=0"),
-        ({"image_mode": "CMYK"}, "image_mode 'CMYK'"),
         ({"mean": [0.5]}, "mean=.*std="),
         ({"mean": [0.5], "std": [0.0]}, "std=.*positive"),
     ]:
@@ -649,64 +218,27 @@ def test_constructor_signature_works_with_jsonargparse():
     assert "GLOBAL training batch size" in parser.format_help()
 
 
-def test_one_process_sees_the_global_batches_of_many():
-    """Step k of a one-process run holds exactly the samples the W ranks of a DDP run hold at
-    step k (the union of their per-rank batches), for every epoch: same seed, same data."""
-    from torch.utils.data import DistributedSampler
+def test_closed_choices_are_checked_when_the_config_is_parsed():
+    """``augment`` and ``image_mode`` are Literal types: the CLI parser lists their choices in ``--help`` and
+    rejects any other value before anything is built, as configs name the class (``class_path``)."""
+    import lightning as L
+    from jsonargparse import ArgumentParser
 
-    data, world, global_batch = list(range(103)), 2, 8
-    for epoch in range(3):
-        single = SeededRandomSampler(data, seed=5)
-        single.set_epoch(epoch)
-        order = single.permutation()
-        ranks = []
-        for rank in range(world):
-            dist = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=True, seed=5)
-            dist.set_epoch(epoch)
-            ranks.append(list(dist))
-        per_rank = global_batch // world
-        for k in range(len(data) // global_batch):
-            union = set().union(*(r[k * per_rank:(k + 1) * per_rank] for r in ranks))
-            assert union == set(order[k * global_batch:(k + 1) * global_batch])
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_subclass_arguments(L.LightningDataModule, "data")
+    config = "data:\n  class_path: datamodules.images.ImageDataModule\n  init_args:\n    augment: {}\n"
+    assert parser.parse_string(config.format("none")).data.init_args.augment == "none"
+    for key, value, choices in [("augment", "mixup", AUGMENTS), ("image_mode", "CMYK", IMAGE_MODES)]:
+        with pytest.raises(Exception, match=f"{key}(.|\\n)*{value}") as error:
+            parser.parse_string(config.replace("augment: {}", f"{key}: {value}"))
+        assert all(repr(c) in str(error.value) for c in choices)
+    plain = ArgumentParser()
+    plain.add_class_arguments(ImageDataModule, "data")
+    assert "{none,flip,crop_flip,randaugment,autoaugment}" in plain.format_help()
 
 
-def test_batched_crop_flip_is_torchvisions_crop_and_flip_per_image():
-    """CropFlip on a batch: every output image is some zero-padded crop of its input, flipped or
-    not (exactly what v2.RandomCrop(padding) + v2.RandomHorizontalFlip can produce); the offsets
-    cover all 2 pad + 1 positions per axis, both flips occur, images get their own draws; and a
-    seeded draw repeats."""
-    from datamodules.images import CropFlip
+def test_closed_choices_given_in_python_fail_at_use(cache):
+    """Python callers bypass the parser: an unknown augment or image mode fails at setup, listing the choices."""
+    with pytest.raises(ValueError, match="unknown augment 'mixup': use one of none, flip, crop_flip"):
+        ImageDataModule(cache_dir=cache, source="digits", augment="mixup").setup()
 
-    torch.manual_seed(0)
-    x = torch.randint(0, 256, (512, 2, 8, 6), dtype=torch.uint8)
-    aug = CropFlip(8, 6, pad_h=1, pad_w=2)
-    torch.manual_seed(1)
-    out = aug(x)
-    torch.manual_seed(1)
-    assert torch.equal(out, aug(x))
-    assert out.shape == x.shape and out.dtype == torch.uint8
-    padded = torch.nn.functional.pad(x, (2, 2, 1, 1))
-    seen = set()
-    for i in range(len(x)):
-        matches = [(dy, dx, f) for dy in range(3) for dx in range(5) for f in (False, True)
-                   if torch.equal(out[i], (lambda c: c.flip(-1) if f else c)(padded[i, :, dy:dy + 8, dx:dx + 6]))]
-        assert matches, i
-        seen.add(matches[0])
-    assert {d[0] for d in seen} == {0, 1, 2} and {d[1] for d in seen} == set(range(5)) and {d[2] for d in seen} == {False, True}
-    assert aug(x[0]).shape == x[0].shape  # one image
-
-
-def test_flip_augment_mirrors_without_shifting(cache):
-    """augment='flip': every training image is its original or its mirror image (never shifted),
-    both occur, and evaluation images stay as they are."""
-    plain = make(cache, source="digits", batch_size=64)
-    dm = make(cache, source="digits", augment="flip", batch_size=64)
-    rows = list(range(64))
-    torch.manual_seed(0)
-    out = torch.stack([s[0] for s in dm.train_dataset.__getitems__(rows)])
-    ref = torch.stack([s[0] for s in plain.train_dataset.__getitems__(rows)])
-    same = (out == ref).flatten(1).all(1)
-    mirrored = (out == ref.flip(-1)).flatten(1).all(1)
-    assert (same | mirrored).all()
-    assert (same & ~mirrored).any() and (mirrored & ~same).any()
-    assert torch.equal(dm.val_dataset[0][0], plain.val_dataset[0][0])

@@ -58,7 +58,7 @@ def test_bst_results_notebook_is_thin_and_has_no_outputs():
     assert "parameters" in code[0].metadata.get("tags", [])
     assert all(not c.get("outputs") for c in code), "commit the notebook without outputs"
     body = "\n".join(c.source for c in code)
-    assert "def " not in body and "class " not in body, "logic belongs in reproductions/report.py, not the notebook"
+    assert "def " not in body and "class " not in body, "logic belongs in reproductions/sweeping/, not the notebook"
 
 
 @pytest.mark.slow

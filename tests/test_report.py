@@ -1,77 +1,25 @@
-"""Reports (reproductions/report.py) on hand-made results.json files: known means and standard
-deviations, paper columns, missing and failed runs listed, figures, W&B."""
+"""Reports (reproductions/sweeping/report.py, reproductions/report.py) on hand-made results.json
+files: the table beside the paper, missing and failed runs listed, the claim checks and figures
+per plot kind, W&B."""
 
 from __future__ import annotations
 
 import io
+import json
 import re
+import struct
 from pathlib import Path
 
 import pytest
-import yaml
 
-from reproductions.report import REPORT_FILE, collect, fmt_si, main as report_main, mean_std, table, write_report
+from reproductions.report import main as report_main
 from reproductions.results import RESULTS_FILE, atomic_write_json
-from reproductions.sweep import SweepError, make_plan
-
-REPO = Path(__file__).resolve().parents[1]
-DIGITS = REPO / "reproductions/vit/configs/digits.yaml"
-PNG = b"\x89PNG\r\n\x1a\n"
-
-
-def write_sweep(path: Path, **spec) -> Path:
-    spec.setdefault("axis", "position")
-    spec.setdefault("title", "Test sweep")
-    spec.setdefault("base", str(DIGITS))
-    spec.setdefault("profiles", {"smoke": {"seeds": 3}})
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return path
-
-
-def result(variant: str, seed: int, acc: float, *, params=136138, flops=4.76e6, train_flops=7.3e11,
-           fit_time=30.0, speed=150.0) -> dict:  # fmt: skip
-    return {
-        "status": "finished", "experiment": "x", "variant": variant, "seed": seed,
-        "test": {"test/acc": acc, "test/loss": 0.5}, "test_ckpt": "final",
-        "model": {"params": params, "flops_per_sample": flops},
-        "training": {"epochs": 40, "steps": 800, "global_batch_size": 64, "total_train_flops": train_flops,
-                     "devices": 1, "precision": "32-true", "fit_time_s": fit_time, "samples_per_sec": speed},
-        "data": {"source": "digits", "train_size": 1294, "val_size": 144, "test_size": 359, "input_shape": [1, 8, 8]},
-        "git": {"commit": "abcdef1234567890", "dirty": False}, "versions": {"torch": "2.x"}, "host": "box",
-    }  # fmt: skip
-
-
-def put(root: Path, experiment: str, variant: str, seed: int, **kw) -> None:
-    atomic_write_json(root / experiment / variant / f"seed{seed}" / RESULTS_FILE, result(variant, seed, **kw))
-
-
-def position_sweep(tmp_path: Path) -> Path:
-    return write_sweep(
-        tmp_path / "pos.yaml",
-        aliases={"pos_embed": "model.net.init_args.pos_embed"},
-        variants=[
-            {"name": "none", "overrides": {"pos_embed": "none"}, "paper": {"t8": 0.61382, "readme": 79.63}},
-            {"name": "learned", "overrides": {"pos_embed": "learned_1d"},
-             "paper": {"t8": 0.64206, "readme": {"value": 86.52, "unverified": True}}},
-            {"name": "relative", "overrides": {"pos_embed": "relative"}, "paper": {"t8": 0.64032}},
-            {"name": "sincos", "overrides": {"pos_embed": "sincos_2d"}},
-        ],  # fmt: skip
-        references={
-            "t8": {"label": "Table 8 (%)", "scale": "fraction", "note": "ImageNet 5-shot; not directly comparable"},
-            "readme": {"label": "README CIFAR-10 (%)", "scale": "percent"},
-        },
-        claims=["A clear gap between none and any embedding."],
-        report={"plot": "bars", "check": "baseline", "baseline": "none"},
-    )
-
-
-def test_mean_and_sample_std_known_answer():
-    s = mean_std([0.90, 0.92, 0.94])
-    assert s.n == 3 and s.mean == pytest.approx(0.92) and s.std == pytest.approx(0.02)  # ddof = 1
-    one = mean_std([0.5])
-    assert one.mean == 0.5 and one.std is None and one.n == 1
-    assert mean_std([]).mean is None and mean_std([1.0, float("nan"), 3.0]).mean == 2.0
-    assert fmt_si(136138) == "136k" and fmt_si(7.3e11, "FLOP") == "730 GFLOP" and fmt_si(86.57e6) == "86.6M"
+from reproductions.sweeping.plan import make_plan
+from reproductions.sweeping.collect import collect
+from reproductions.sweeping.report import REPORT_FILE, write_report
+from reproductions.sweeping.spec import SweepError
+from reproductions.sweeping.tables import table
+from tests.report_helpers import PNG, position_sweep, put, result, write_sweep
 
 
 def test_report_table_from_hand_made_results(tmp_path, capsys):
@@ -224,23 +172,6 @@ def test_curves_plot_and_time_to_target_from_each_runs_metrics_csv(tmp_path):
     assert report.figures[0].read_bytes()[:8] == PNG
 
 
-def test_collect_reads_only_finished_results(tmp_path):
-    sweep = position_sweep(tmp_path)
-    root = tmp_path / "runs"
-    put(root, "pos-smoke", "none", 0, acc=0.5)
-    d = root / "pos-smoke" / "none" / "seed1"
-    d.mkdir(parents=True)
-    (d / RESULTS_FILE).write_text('{"status": "running"}')  # not finished: not a result
-    (root / "pos-smoke" / "none" / "seed2").mkdir()
-    (root / "pos-smoke" / "none" / "seed2" / RESULTS_FILE).write_text('{"status": "finis')  # torn: not a result
-    plan = make_plan(sweep, "smoke", root=root)
-    none = collect(plan)[0]
-    assert [r["seed"] for r in none.results] == [0]
-    assert [s for s, _ in none.missing] == [1, 2]
-    header, rows = table(plan, collect(plan))
-    assert rows[0][1:3] == ["50.00", "1"] and len(rows) == 4 and len(header) == len(rows[0])
-
-
 def test_report_without_any_run_says_how_to_make_them(tmp_path, capsys):
     sweep = position_sweep(tmp_path)
     assert report_main([str(sweep), "--profile", "smoke", "--root", str(tmp_path / "runs")]) == 1
@@ -259,14 +190,65 @@ def test_report_of_a_real_sweep_file_names_its_paper_columns(tmp_path):
     assert len(report.missing) == 11 * 3  # every other variant x seed, listed
 
 
-def test_wandb_report_is_logged_offline_in_the_sweeps_group(tmp_path, monkeypatch):
+
+
+def wandb_records(path: Path) -> list:
+    """The records of an offline run's ``.wandb`` file: a LevelDB-style log (a 7-byte header, then
+    32 KiB blocks of chunks: crc32 (4 bytes), length (2), type (1: full, 2: first, 3: middle,
+    4: last), data) whose chunks join into serialized ``Record`` protos."""
+    from wandb.proto import wandb_internal_pb2
+
+    data, block = path.read_bytes(), 32 * 1024
+    assert data[:4] == b":W&B"
+    pos, pending, records = 7, b"", []
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # a block's tail too short for a chunk header is padding
+            pos += block - pos % block
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        pending += data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(pending)
+            records.append(record)
+            pending = b""
+    return records
+
+
+@pytest.mark.slow
+def test_wandb_report_logs_the_table_and_the_figure_offline_in_the_sweeps_group(tmp_path, monkeypatch):
+    """``report --wandb`` offline: one ``report`` run in the experiment's group whose history holds
+    the table (its rows are the report's) and the figure (the PNG), read back from the run's files."""
+    import wandb
+
     monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb-dir"))
     sweep = position_sweep(tmp_path)
     root = tmp_path / "runs"
     for seed in range(2):
         put(root, "pos-smoke", "learned", seed, acc=0.9)
     assert report_main([str(sweep), "--profile", "smoke", "--root", str(root), "--wandb"]) == 0
-    runs = list((root / "pos-smoke" / "wandb").glob("offline-run-*"))
-    assert len(runs) == 1
-    data = next(runs[0].glob("run-*.wandb")).read_bytes()
-    assert b"pos-smoke" in data and b"report/table" in data and b"report/position" in data  # group, table, figure
+    wandb.teardown()  # the W&B service writes the .wandb file on its own: wait until it has
+    [run_dir] = list((root / "pos-smoke" / "wandb").glob("offline-run-*"))
+    records = wandb_records(next(run_dir.glob("run-*.wandb")))
+    [run] = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+    assert (run.run_group, run.job_type, run.display_name) == ("pos-smoke", "report", "pos-smoke/report")
+    assert list(run.tags) == ["position", "smoke", "pos"]
+    logged: dict[str, dict] = {}
+    for r in records:
+        if r.WhichOneof("record_type") == "history":
+            for item in r.history.item:
+                if len(item.nested_key) == 2:
+                    logged.setdefault(item.nested_key[0], {})[item.nested_key[1]] = json.loads(item.value_json)
+    assert logged["report/table"]["_type"] == "table-file" and logged["report/position"]["_type"] == "image-file"
+    files = run_dir / "files"
+    logged_table = json.loads((files / logged["report/table"]["path"]).read_text())
+    md = (root / "pos-smoke" / REPORT_FILE).read_text()
+    plan = make_plan(sweep, "smoke", root=root)
+    header, rows = table(plan, collect(plan))
+    assert logged_table == {"columns": header, "data": rows}
+    assert "| learned | 90.00 ± 0.00 | 2 |" in md and ["learned", "90.00 ± 0.00", "2"] == logged_table["data"][1][:3]
+    image = files / logged["report/position"]["path"]
+    assert image.read_bytes()[:8] == PNG and logged["report/position"]["format"] == "png"
+    assert (files / REPORT_FILE).read_text() == md  # report.md saved with the run

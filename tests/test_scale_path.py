@@ -20,7 +20,7 @@ import torch.nn.functional as F
 import yaml
 from torch.utils.data import DataLoader, TensorDataset
 
-from lightning_modules.common import (
+from lightning_modules.base import (
     LR_SCALINGS,
     compile_in_place,
     global_batch_size,
@@ -423,7 +423,7 @@ def test_norm_clipping_goes_through_fsdp_clip_grad_norm():
 
 @pytest.mark.parametrize("sweep", GPU_SWEEPS)
 def test_gpu_profiles_use_bf16_and_compile(sweep):
-    from reproductions.sweep import load_sweep
+    from reproductions.sweeping.spec import load_sweep
 
     s = load_sweep(sweep)
     gpu_profiles = [p for name, p in s.profiles.items() if name.startswith("gpu")]
@@ -436,7 +436,7 @@ def test_gpu_profiles_use_bf16_and_compile(sweep):
 
 
 def test_gpu_profile_builds_with_compile_through_the_cli(tmp_path):
-    from reproductions.sweep import make_plan
+    from reproductions.sweeping.plan import make_plan
 
     run = make_plan("vit/position", "gpu", root=tmp_path, seeds=1).runs[0]
     cli = build_only(run.args)

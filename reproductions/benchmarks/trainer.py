@@ -19,7 +19,7 @@ import warnings
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from lightning_modules.common import warmup_schedule
+from lightning_modules.base import warmup_schedule
 from models.vit import ViT
 from reproductions.benchmarks.common import (
     Report, Table, add_run_args, alternate, fmt_rate, fmt_ratio, median, paired_ratios, run_settings, setup_run,

@@ -1,0 +1,262 @@
+"""The registry of sources: for each, its reader, its raw files, its split rule and how it becomes samples.
+
+``SOURCES[name]`` is a :class:`Source`; :func:`get_source` looks one up (an unknown name lists
+the known ones). ``Source.build(data_dir, params, bucketize)`` returns the samples, their split
+codes, the vocabulary sizes and what the results file records about the raw data.
+
+``synthetic`` (offline default; ``synthetic.generate_synthetic``)
+    A seeded world whose click depends on the profile, the history's categories by recency, the
+    order of recent items and the time since the newest one (see ``synthetic.py``). The true
+    click probabilities are kept and scored as the ``ceiling``. Split: random
+    (``synthetic_val_fraction``, ``synthetic_test_fraction``).
+``movielens_1m`` (``data_dir`` = the unzipped ``ml-1m`` folder)
+    ``ratings.dat`` ``UserID::MovieID::Rating::Timestamp``, ``users.dat``
+    ``UserID::Gender::Age::Occupation::Zip-code``, ``movies.dat`` ``MovieID::Title::Genres``
+    (``::``-separated, latin-1). Every rating is a sample; label = rating >= ``positive_rating``
+    (4); the sequence = the user's previous ``seq_len`` rated movies (any rating) with their
+    times; category = the movie's first listed genre; profile = gender, age, occupation, first
+    character of the zip code. Split per user: the last rating is test, the second to last
+    validation, the rest train (users with fewer than 3 ratings: all train).
+``taobao_user_behavior`` (``data_dir`` holds ``UserBehavior.csv``)
+    No header: ``user_id,item_id,category_id,behavior_type,timestamp`` with behavior_type in
+    pv/buy/cart/fav. Clicks (pv) inside ``taobao_time_window`` are the positives and the
+    behaviour sequence (the other types are checked, then dropped); each positive gets
+    ``negatives_per_positive`` items the user never clicked, drawn uniformly from the items
+    seen, with the positive's history and time. Split by day (in UTC+``utc_offset_hours``): the
+    last day test, the day before validation, earlier days train.
+``amazon_electronics`` (DIN's layout; ``data_dir`` holds ``reviews_Electronics_5.json`` and
+``meta_Electronics.json``)
+    One JSON review per line (``reviewerID``, ``asin``, ``unixReviewTime``); meta lines are JSON
+    or Python dict literals (``asin``, ``categories``), the category being the last entry of the
+    last category path, as DIN's script does. Each review is a positive with one random
+    never-reviewed item as negative (``negatives_per_positive``); the last review per user is
+    test, the second to last validation (DIN has no validation split), the rest train.
+
+For the real sources, samples whose history has fewer than ``min_history`` items are dropped
+(the first event of every user, with the default 1); ``max_users`` keeps a seeded random subset
+of users (the full Taobao file has about 1M users and 100M events, kept in memory). One
+generator seeded with ``seed`` draws the user subset, then the negatives.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Literal, get_args
+
+import numpy as np
+
+from datamodules.behavior.readers import (
+    AMAZON_ELECTRONICS_FILES,
+    MOVIELENS_1M_FILES,
+    TAOBAO_FILES,
+    RawFiles,
+    read_amazon_electronics,
+    read_movielens_1m,
+    read_user_behavior,
+)
+from datamodules.behavior.samples import build_samples
+from datamodules.behavior.splits import day_split, per_user_last_split, random_split, subsample_users
+from datamodules.behavior.synthetic import SYNTHETIC_PROFILE_CARDINALITIES, generate_synthetic, synthetic_ceiling
+from models.ctr import PAD
+
+SourceName = Literal["synthetic", "movielens_1m", "taobao_user_behavior", "amazon_electronics"]
+Params = Mapping[str, Any]  #: the data module's hyperparameters
+#: (user, time, params) -> split codes 0 train / 1 val / 2 test, one per event (or sample)
+SplitRule = Callable[[np.ndarray, np.ndarray, Params], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Events:
+    """A real source's events after its reader: sorted by (user, time, file order), ids 1..n (0 = padding)."""
+
+    user: np.ndarray
+    item: np.ndarray
+    category: np.ndarray
+    time: np.ndarray
+    label: np.ndarray
+    sizes: dict  #: ``n_users``, ``n_items``, ``n_categories`` (and ``profile_sizes``), id 0 included
+    raw: dict  #: counts of the raw data, for the results file
+    user_features: np.ndarray | None = None  #: (n_users, P) profile table indexed by user id
+    item_category: np.ndarray | None = None  #: (n_items,) category per item id, for sampled negatives
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A source's samples: columns, split codes, vocabulary sizes, and ``ceiling`` or ``raw`` meta."""
+
+    columns: dict[str, np.ndarray]
+    split: np.ndarray
+    sizes: dict
+    meta: dict
+
+
+@dataclass(frozen=True)
+class Source:
+    """One registry entry.
+
+    ``reader`` reads (or generates) the raw data; ``events`` turns its output into
+    :class:`Events` (real sources); ``split_rule`` cuts train/val/test; ``prepare`` runs the
+    whole pipeline. ``files`` is None for a generated source. ``cache_ignores`` are prefixes of
+    parameters that do not change this source's samples (left out of its cache key);
+    ``described`` the parameters ``describe()`` reports besides the common ones.
+    """
+
+    name: str
+    reader: Callable[..., Any]
+    split_rule: SplitRule
+    prepare: Callable[[Source, str | None, Params, Callable[[np.ndarray], np.ndarray]], Prepared]
+    files: RawFiles | None = None
+    events: Callable[[Source, str | os.PathLike, Params, np.random.Generator], Events] | None = None
+    negatives: bool = False
+    cache_ignores: tuple[str, ...] = ("synthetic_",)
+    described: tuple[str, ...] = ()
+
+    def build(self, data_dir: str | None, params: Params, bucketize: Callable[[np.ndarray], np.ndarray]) -> Prepared:
+        """Run this source's pipeline (``prepare``) with the data module's parameters."""
+        return self.prepare(self, data_dir, params, bucketize)
+
+
+# ----------------------------------------------------------------------------------- split rules
+def last_events_per_user(user: np.ndarray, time: np.ndarray, params: Params) -> np.ndarray:
+    """Per user: last event test, second to last validation (``splits.per_user_last_split``)."""
+    return per_user_last_split(user)
+
+
+def last_days(user: np.ndarray, time: np.ndarray, params: Params) -> np.ndarray:
+    """Last day test, the day before validation, in UTC+``utc_offset_hours`` (``splits.day_split``)."""
+    return day_split(time, params["utc_offset_hours"])
+
+
+def random_fractions(user: np.ndarray, time: np.ndarray, params: Params) -> np.ndarray:
+    """Seeded random cut with the ``synthetic_*_fraction`` parameters (``splits.random_split``)."""
+    return random_split(len(user), val_fraction=params["synthetic_val_fraction"],
+                        test_fraction=params["synthetic_test_fraction"], seed=params["seed"])
+
+
+# ----------------------------------------------------------------------------------- pipelines
+def prepare_generated(source: Source, data_dir: str | None, params: Params,
+                      bucketize: Callable[[np.ndarray], np.ndarray]) -> Prepared:
+    """The synthetic pipeline: generate samples, split them, score the true probabilities."""
+    h = params
+    columns = source.reader(
+        n_users=h["synthetic_users"], n_items=h["synthetic_items"], n_categories=h["synthetic_categories"],
+        n_samples=h["synthetic_samples"], seq_len=h["seq_len"], min_history=h["min_history"], seed=h["seed"],
+        pad_side=h["pad_side"], bucketize=bucketize,
+    )
+    split = source.split_rule(columns["user"], columns["target_time"], h)
+    sizes = {"n_users": h["synthetic_users"] + 1, "n_items": h["synthetic_items"] + 1,
+             "n_categories": h["synthetic_categories"] + 1,
+             "profile_sizes": [k + 1 for k in SYNTHETIC_PROFILE_CARDINALITIES]}
+    return Prepared(columns, split, sizes, {"ceiling": synthetic_ceiling(columns, split)})
+
+
+def prepare_events(source: Source, data_dir: str | None, params: Params,
+                   bucketize: Callable[[np.ndarray], np.ndarray]) -> Prepared:
+    """The real-source pipeline: read events, split them, build samples (and sampled negatives)."""
+    rng = np.random.default_rng(params["seed"])
+    ev = source.events(source, data_dir, params, rng)
+    columns, split = build_samples(
+        user=ev.user, item=ev.item, category=ev.category, time=ev.time, label=ev.label,
+        split=source.split_rule(ev.user, ev.time, params), user_features=ev.user_features,
+        negatives=params["negatives_per_positive"] if source.negatives else 0, item_category=ev.item_category,
+        rng=rng, seq_len=params["seq_len"], pad_side=params["pad_side"], bucketize=bucketize,
+        min_history=params["min_history"],
+    )
+    return Prepared(columns, split, ev.sizes, {"raw": ev.raw})
+
+
+# ----------------------------------------------------------------------------------- events
+def movielens_events(source: Source, data_dir: str | os.PathLike, params: Params,
+                     rng: np.random.Generator) -> Events:
+    """Ratings as events, label = rating >= ``positive_rating``; ids as the reader maps them."""
+    ev = source.reader(data_dir)
+    keep = subsample_users(ev["user"], params["max_users"], rng)
+    ev = {k: (v[keep] if isinstance(v, np.ndarray) and v.shape == ev["user"].shape else v) for k, v in ev.items()}
+    return Events(
+        user=ev["user"], item=ev["item"], category=ev["category"], time=ev["time"],
+        label=(ev["rating"] >= params["positive_rating"]).astype(np.float32),
+        sizes={k: ev[k] for k in ("n_users", "n_items", "n_categories", "profile_sizes")},
+        raw={"ratings": int(len(ev["user"]))}, user_features=ev["user_features"],
+    )
+
+
+def taobao_events(source: Source, data_dir: str | os.PathLike, params: Params,
+                  rng: np.random.Generator) -> Events:
+    """Clicks in the time window as positives; ids mapped 1..n over the kept users' events."""
+    window = params["taobao_time_window"]
+    ev = source.reader(data_dir, time_window=window)
+    if ev["clicks"] == 0:
+        raise ValueError(f"no clicks (pv) in {data_dir}/UserBehavior.csv inside taobao_time_window={window}")
+    keep = subsample_users(ev["user"], params["max_users"], rng)
+    user_map, item_map, cat_map = (np.unique(ev[k][keep]) for k in ("user", "item", "category"))
+    user = np.searchsorted(user_map, ev["user"][keep]) + 1
+    item = np.searchsorted(item_map, ev["item"][keep]) + 1
+    category = np.searchsorted(cat_map, ev["category"][keep]) + 1
+    item_category = np.zeros(len(item_map) + 1, dtype=np.int64)
+    item_category[item] = category  # an item listed under several categories keeps its last
+    return Events(
+        user=user, item=item, category=item_category[item], time=ev["time"][keep],
+        label=np.ones(len(user), np.float32),
+        sizes={"n_users": len(user_map) + 1, "n_items": len(item_map) + 1, "n_categories": len(cat_map) + 1},
+        raw={"rows": ev["rows"], "clicks_in_window": ev["clicks"], "last_day_utc_offset": params["utc_offset_hours"]},
+        item_category=item_category,
+    )
+
+
+def amazon_events(source: Source, data_dir: str | os.PathLike, params: Params,
+                  rng: np.random.Generator) -> Events:
+    """Reviews as positives; ids mapped 1..n over all reviews (before the user subset), then sorted."""
+    ev = source.reader(data_dir)
+    users = np.asarray(ev["user"])
+    uniq_users, user = np.unique(users, return_inverse=True)
+    uniq_items, item = np.unique(np.asarray(ev["item"]), return_inverse=True)
+    user, item = user + 1, item + 1
+    cat_names = sorted(set(ev["item_category"].values()))
+    cat_id = {c: i + 1 for i, c in enumerate(cat_names)}
+    item_category = np.zeros(len(uniq_items) + 1, dtype=np.int64)
+    item_category[1:] = [cat_id.get(ev["item_category"].get(a), PAD) for a in uniq_items]
+    ts = ev["time"]
+    keep = subsample_users(user, params["max_users"], rng)
+    user, item, ts = user[keep], item[keep], ts[keep]
+    order = np.lexsort((np.arange(len(user)), ts, user))
+    user, item, ts = user[order], item[order], ts[order]
+    return Events(
+        user=user, item=item, category=item_category[item], time=ts, label=np.ones(len(user), np.float32),
+        sizes={"n_users": len(uniq_users) + 1, "n_items": len(uniq_items) + 1, "n_categories": len(cat_names) + 1},
+        raw={"reviews": int(len(users)), "items_with_category": len(ev["item_category"])},
+        item_category=item_category,
+    )
+
+
+# ----------------------------------------------------------------------------------- the registry
+_ENTRIES = (
+    Source("synthetic", reader=generate_synthetic, split_rule=random_fractions, prepare=prepare_generated,
+           cache_ignores=("positive_", "negatives_", "max_users", "taobao_", "utc_")),
+    Source("movielens_1m", reader=read_movielens_1m, split_rule=last_events_per_user, prepare=prepare_events,
+           files=MOVIELENS_1M_FILES, events=movielens_events, described=("positive_rating", "max_users")),
+    Source("taobao_user_behavior", reader=read_user_behavior, split_rule=last_days, prepare=prepare_events,
+           files=TAOBAO_FILES, events=taobao_events, negatives=True,
+           described=("negatives_per_positive", "max_users")),
+    Source("amazon_electronics", reader=read_amazon_electronics, split_rule=last_events_per_user,
+           prepare=prepare_events, files=AMAZON_ELECTRONICS_FILES, events=amazon_events, negatives=True,
+           described=("negatives_per_positive", "max_users")),
+)
+#: name -> :class:`Source`, in the order of ``SourceName``
+SOURCES: Mapping[str, Source] = MappingProxyType({s.name: s for s in _ENTRIES})
+if tuple(SOURCES) != get_args(SourceName):
+    raise ImportError(f"the source registry {list(SOURCES)} and SourceName {list(get_args(SourceName))} disagree")
+#: name -> the raw files each real source needs in ``data_dir``
+REQUIRED_FILES = {s.name: s.files.names for s in _ENTRIES if s.files is not None}
+#: name -> where to download each real source
+DOWNLOAD = {s.name: s.files.download for s in _ENTRIES if s.files is not None}
+
+
+def get_source(name: str) -> Source:
+    """The registry entry of ``name``; ValueError listing the known sources if there is none."""
+    try:
+        return SOURCES[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"source={name!r} is not one of {list(SOURCES)}") from None

@@ -1,0 +1,59 @@
+"""Image-classification data for the ViT ablations: one LightningDataModule for every source.
+
+``datamodules.images.ImageDataModule(source=...)`` is what the configs name (``class_path``). Sources:
+``digits`` (scikit-learn 8x8, no network), ``fashion_mnist`` (local idx files, else the hub), ``cifar10`` /
+``cifar100`` and any hub dataset ``owner/name`` (Hugging Face ``datasets``), ``folder`` (a local image folder);
+see ``sources``.
+
+Data path, one module per stage:
+
+- ``sources``: the registry of sources (name -> how to check its settings and read it) and the readers that
+  give each source's train and optional test split as ``datasets``;
+- ``readers``: the raw files we parse ourselves (Fashion-MNIST's idx files, sklearn's digits) into arrays;
+- ``hub``: hub access that fails within seconds offline, with a message saying how to get the data;
+- ``cache``: raw files converted once into a ``datasets.DatasetDict`` under
+  ``<cache root>/attention-repro/<source>-<key>`` (keyed by the files' names, sizes and mtimes; written
+  atomically); ``arrow``: uint8 arrays to and from ``datasets``/Arrow without per-row Python;
+- ``decode`` and ``pools``: hub and folder images decoded to uint8 (a cached ``Dataset.map``); data that fits
+  in ``max_in_memory_bytes`` held as one uint8 tensor (N, C, H, W), larger folders decoded per sample;
+- ``splits``: the test hold-out (when the source has no test split), the stratified train/val split and the
+  class-balanced, nested ``train_samples`` subset, all from ``split_seed`` alone (never the training seed);
+  the channel statistics;
+- ``augment``: the batched random crop + flip (``CropFlip``) and the optional per-image policy;
+- ``torch_datasets``: what the loaders index: whole batches at once (``__getitems__``) in memory, conversion
+  to float and normalisation batched;
+- ``sampler``: training order a function of (Lightning global seed, epoch) only, so a run resumed at an
+  epoch boundary sees the same order as an uninterrupted one;
+- ``module``: ``ImageDataModule``, from the settings to the loaders.
+"""
+
+from datamodules.images.augment import AUGMENTS, Augment, Augmentation, CropFlip, build_augment
+from datamodules.images.decode import IMAGE_MODES, ImageMode
+from datamodules.images.hub import HubDatasetUnavailableError
+from datamodules.images.module import ImageDataModule
+from datamodules.images.sampler import SeededRandomSampler
+from datamodules.images.sources import FASHION_MNIST_DEBIAN_DIR, SOURCES, Source, resolve_source
+from datamodules.images.splits import balanced_subset, channel_stats, stratified_split
+from datamodules.images.torch_datasets import InMemoryImages, LazyImages
+
+__all__ = [
+    "AUGMENTS",
+    "FASHION_MNIST_DEBIAN_DIR",
+    "IMAGE_MODES",
+    "SOURCES",
+    "Augment",
+    "Augmentation",
+    "CropFlip",
+    "HubDatasetUnavailableError",
+    "ImageDataModule",
+    "ImageMode",
+    "InMemoryImages",
+    "LazyImages",
+    "SeededRandomSampler",
+    "Source",
+    "balanced_subset",
+    "build_augment",
+    "channel_stats",
+    "resolve_source",
+    "stratified_split",
+]

@@ -1,0 +1,289 @@
+"""The claim checks: our numbers on the paper's claim, as the lines of the report's "Our numbers
+on the claim" section. The sweep file's ``report.check`` picks one (``CHECKERS``):
+
+- ``halving``: compute ratio and accuracy gain per step of ``report.param`` (e.g. patch size);
+- ``baseline``: the gap between ``report.baseline`` and the others, and their spread;
+- ``best_per_group``: the best ``report.x`` per ``report.hue`` and the gap at the best and at
+  a shared value;
+- ``gaps``: for each pair ``[a, b]`` of ``report.pairs`` (values of ``report.hue``), a - b at
+  each value of ``report.along`` for the metric and the ``report.panels`` columns, and whether
+  the gap shrinks;
+- ``time_to_target``: per run, when the validation curve first reached ``report.target`` and
+  whether the test metric reached it within ``report.budget_s``;
+- ``speed``: accuracy and throughput against ``report.baseline``;
+- ``ordering``: our ranking against the claimed orders ``report.orders`` (chains of variant
+  names, best first, or ``{label, order}`` to say whose claim it is), pair by pair with standard
+  errors; with ``report.order_reference`` the pairs ordered as that paper column orders them;
+  the distance of each variant to the ceiling.
+
+Each takes the plan and the collected results and returns lines (a line starting with two
+spaces is a sub-item).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from reproductions.sweeping.collect import (
+    Stat,
+    VariantResults,
+    by_name,
+    curve_keys,
+    run_curve,
+    value_at,
+)
+from reproductions.sweeping.plan import Plan
+from reproductions.sweeping.spec import Metric, SweepError
+from reproductions.sweeping.tables import (
+    axis_order,
+    axis_sort_key,
+    ceiling_value,
+    fmt_seconds,
+    fmt_stat,
+    input_unit,
+    panel_metrics,
+)
+
+
+def _pm(stat: Stat, m: Metric = Metric()) -> str:
+    return fmt_stat(stat, m.digits) if stat.mean is not None else "no result"
+
+
+def _std_error(a: Stat, b: Stat) -> float | None:
+    """Standard error of b.mean - a.mean (independent runs) when both have n >= 2."""
+    if a.std is None or b.std is None:
+        return None
+    return math.sqrt(a.std**2 / a.n + b.std**2 / b.n)
+
+
+def _delta(a: Stat, b: Stat, m: Metric = Metric()) -> str:
+    """b - a in the metric's unit (points), with the combined standard error when both have n >= 2."""
+    if a.mean is None or b.mean is None:
+        return "n/a"
+    d = b.mean - a.mean
+    d = 0.0 if abs(d) < 0.5 * 10**-m.digits else d  # no "-0.00"
+    unit = f" {m.unit}" if m.unit else ""
+    se = _std_error(a, b)
+    if se is not None:
+        return f"{d:+.{m.digits}f}{unit} (± {se:.{m.digits}f} s.e.)"
+    return f"{d:+.{m.digits}f}{unit}"
+
+
+def check_halving(plan: Plan, collected: list[VariantResults]) -> list[str]:
+    param = plan.sweep.report.get("param", plan.sweep.axis)
+    points = []
+    for vr in collected:
+        value = vr.variant.axes.get(param)
+        flops = vr.stat("model.flops_per_sample").mean
+        if isinstance(value, (int, float)) and flops:
+            points.append((float(value), flops, vr.metric(plan), vr.variant.name))
+    points.sort(reverse=True)  # large patches (cheap) first
+    lines = []
+    for (p1, f1, s1, n1), (p2, f2, s2, n2) in zip(points, points[1:]):
+        lines.append(
+            f"{param} {p1:g} -> {p2:g} (side x{p2 / p1:.2f}): GFLOPs/image x{f2 / f1:.2f}, "
+            f"accuracy {_pm(s1)} -> {_pm(s2)}: {_delta(s1, s2)}"
+        )
+    return lines
+
+
+def check_baseline(plan: Plan, collected: list[VariantResults]) -> list[str]:
+    base_name = plan.sweep.report.get("baseline")
+    by = by_name(collected)
+    if base_name not in by:
+        return [f"(no baseline variant {base_name!r} in this sweep)"]
+    m = plan.sweep.metric
+    base = by[base_name].metric(plan)
+    others = [(vr.variant.name, vr.metric(plan)) for vr in collected if vr.variant.name != base_name]
+    others = [(n, s) for n, s in others if s.mean is not None]
+    if base.mean is None or not others:
+        return ["not enough results yet"]
+    best = max(others, key=lambda x: x[1].mean)
+    worst = min(others, key=lambda x: x[1].mean)
+    unit = f" {m.unit}" if m.unit else ""
+    return [
+        f"{base_name}: {_pm(base, m)}; best other, {best[0]}: {_pm(best[1], m)}: gap {_delta(base, best[1], m)}; "
+        f"worst other, {worst[0]}: {_pm(worst[1], m)}: gap {_delta(base, worst[1], m)}",
+        f"spread among the {len(others)} other variants (best - worst mean): "
+        f"{best[1].mean - worst[1].mean:.{m.digits}f}{unit}",
+    ]
+
+
+def check_best_per_group(plan: Plan, collected: list[VariantResults]) -> list[str]:
+    x, hue = plan.sweep.report.get("x"), plan.sweep.report.get("hue")
+    groups: dict[Any, dict[Any, Stat]] = {}
+    for vr in collected:
+        if x in vr.variant.axes and hue in vr.variant.axes:
+            groups.setdefault(vr.variant.axes[hue], {})[vr.variant.axes[x]] = vr.metric(plan)
+    lines, best = [], {}
+    for h, by_x in groups.items():
+        done = {k: s for k, s in by_x.items() if s.mean is not None}
+        if not done:
+            lines.append(f"{hue}={h}: no results")
+            continue
+        bx = max(done, key=lambda k: done[k].mean)
+        best[h] = done[bx]
+        lines.append(f"{hue}={h}: best {x}={bx} with {_pm(done[bx])}")
+    if len(best) == 2:
+        (h1, s1), (h2, s2) = best.items()
+        lines.append(f"at each one's best {x}: {hue}={h2} - {hue}={h1}: {_delta(s1, s2)}")
+        shared = sorted(set.intersection(*(set(v) for v in groups.values())), key=axis_sort_key)
+        for xv in shared:
+            a, b = groups[h1][xv], groups[h2][xv]
+            lines.append(f"at the shared {x}={xv}: {hue}={h2} - {hue}={h1}: {_delta(a, b)}")
+    return lines
+
+
+def check_speed(plan: Plan, collected: list[VariantResults]) -> list[str]:
+    base_name = plan.sweep.report.get("baseline")
+    by = by_name(collected)
+    if base_name not in by:
+        return [f"(no baseline variant {base_name!r} in this sweep)"]
+    base = by[base_name]
+    lines = []
+    for vr in collected:
+        if vr is base:
+            continue
+        speed_b, speed_v = base.stat("training.samples_per_sec"), vr.stat("training.samples_per_sec")
+        ratio = f"x{speed_b.mean / speed_v.mean:.2f}" if speed_b.mean and speed_v.mean else "n/a"
+        lines.append(
+            f"{vr.variant.name} vs {base_name}: accuracy {_delta(base.metric(plan), vr.metric(plan), plan.sweep.metric)}; "
+            f"{base_name} trains {ratio} as many {input_unit(plan)}s/s ({fmt_stat(speed_b, 0)} vs {fmt_stat(speed_v, 0)})"
+        )
+    return lines
+
+
+def _chains(plan: Plan) -> list[tuple[str, list[str]]]:
+    """The claimed orders to check: ``report.orders`` (chains of variant names, best first) and,
+    with ``report.order_reference``, the order of that paper column's values."""
+    rep, sweep = plan.sweep.report, plan.sweep
+    names = {v.name for v in plan.variants}
+    chains = []
+    for i, item in enumerate(rep.get("orders") or []):
+        label, chain = ("claimed", item) if not isinstance(item, dict) else (str(item.get("label", "claimed")), item.get("order"))
+        if not isinstance(chain, list) or len(chain) < 2 or any(c not in names for c in chain):
+            raise SweepError(
+                f"{sweep.path}: report.orders[{i}]={item!r} must list at least two variant names of profile "
+                f"{plan.profile.name!r} (best first), or be {{label, order: [...]}}: {sorted(names)}"
+            )
+        chains.append((label, [str(c) for c in chain]))
+    ref = rep.get("order_reference")
+    if ref is not None:
+        if ref not in {r.key for r in sweep.references}:
+            raise SweepError(f"{sweep.path}: report.order_reference={ref!r} is not a reference column")
+        valued = [(v.paper[ref].value, v.name) for v in plan.variants if ref in v.paper]
+        chains.append((f"by the {ref} column", [n for _, n in sorted(valued, reverse=True)]))
+    return chains
+
+
+def check_ordering(plan: Plan, collected: list[VariantResults]) -> list[str]:
+    """Our ranking against the claimed orders, pair by pair, and each variant's distance to the ceiling."""
+    m = plan.sweep.metric
+    by = by_name(collected)
+    done = sorted(((vr.metric(plan), vr.variant.name) for vr in collected if vr.metric(plan).mean is not None),
+                  key=lambda x: -x[0].mean)  # fmt: skip
+    if not done:
+        return ["not enough results yet"]
+    lines = ["our order (mean " + m.label + "): " + " > ".join(f"{n} ({s.mean:.{m.digits}f})" for s, n in done)]
+    for source, chain in _chains(plan):
+        stats = [by[n].metric(plan) for n in chain]
+        pairs, agree = 0, 0
+        for i in range(len(chain)):
+            for j in range(i + 1, len(chain)):
+                if stats[i].mean is not None and stats[j].mean is not None:
+                    pairs += 1
+                    agree += stats[i].mean > stats[j].mean
+        lines.append(f"{source}: {' > '.join(chain)}: {agree} of {pairs} pairs in that order here")
+        for (a, sa), (b, sb) in zip(zip(chain, stats), zip(chain[1:], stats[1:])):
+            if sa.mean is None or sb.mean is None:
+                lines.append(f"  {a} > {b}? no result")
+                continue
+            se = _std_error(sb, sa)
+            d = sa.mean - sb.mean
+            verdict = "yes" if d > 0 else "no"
+            if se is not None and abs(d) < 2 * se:
+                verdict += ", within 2 s.e."
+            lines.append(f"  {a} > {b}? {verdict}: {a} - {b} = {_delta(sb, sa, m)}")
+    ceiling = ceiling_value(collected, m)
+    if ceiling.mean is not None:
+        gaps = ", ".join(f"{n} {ceiling.mean - s.mean:.{m.digits}f}" for s, n in done)
+        lines.append(f"ceiling {ceiling.mean:.{m.digits}f} ({m.label} of the true probabilities); distance to it: {gaps}")
+    return lines
+
+
+def check_gaps(plan: Plan, collected: list[VariantResults]) -> list[str]:
+    """``report.pairs`` ([[a, b], ...] values of ``report.hue``): a - b at each value of
+    ``report.along`` (model size, training-set size), for the main metric and the ``report.panels``
+    columns, with the compute ratio, and whether the gap shrinks from the first to the last value."""
+    rep = plan.sweep.report
+    hue, along = rep.get("hue"), rep.get("along")
+    pairs = rep.get("pairs") or []
+    hues = axis_order(plan, hue) if hue else []
+    if not hue or not along or not pairs or any(not isinstance(pr, list) or len(pr) != 2 or set(pr) - set(hues) for pr in pairs):
+        raise SweepError(f"{plan.sweep.path}: report.check=gaps needs report.hue and report.along (variant axes) and "
+                         f"report.pairs, a list of [a, b] values of {hue!r}: {hues}")  # fmt: skip
+    metrics = [plan.sweep.metric, *panel_metrics(plan)]
+    cell = {(vr.variant.axes.get(hue), vr.variant.axes.get(along)): vr for vr in collected}
+    lines = []
+    for a, b in pairs:
+        for m in metrics:
+            gaps = []
+            for xv in axis_order(plan, along):
+                va, vb = cell.get((a, xv)), cell.get((b, xv))
+                if va is None or vb is None:
+                    continue
+                sa, sb = va.column(m), vb.column(m)
+                fa, fb = va.stat("model.flops_per_sample").mean, vb.stat("model.flops_per_sample").mean
+                ratio = f"; FLOPs/{input_unit(plan)} x{fa / fb:.2f}" if fa and fb else ""
+                lines.append(f"{m.label}, {along}={xv}: {a} - {b} = {_delta(sb, sa, m)} ({_pm(sa, m)} vs {_pm(sb, m)}{ratio})")
+                if sa.mean is not None and sb.mean is not None:
+                    gaps.append((xv, sa.mean - sb.mean))
+            if len(gaps) >= 2:
+                (x0, g0), (x1, g1) = gaps[0], gaps[-1]
+                trend = "shrinks" if abs(g1) < abs(g0) else "grows"
+                if (g0 > 0) != (g1 > 0) and g0 != 0 and g1 != 0:
+                    trend = "changes sign"
+                lines.append(f"  -> {m.label}: {a} - {b} {trend} from {g0:+.{m.digits}f} at {along}={x0} "
+                             f"to {g1:+.{m.digits}f} at {along}={x1}")  # fmt: skip
+    return lines or ["not enough results yet"]
+
+
+def check_time_to_target(plan: Plan, collected: list[VariantResults]) -> list[str]:
+    """Per variant: when each run's validation curve first reached ``report.target`` (a fraction,
+    e.g. 0.92) on ``report.x`` (wall seconds since fit started), and its test metric against the
+    target after the whole run, within ``report.budget_s`` or not."""
+    rep = plan.sweep.report
+    target, budget = rep.get("target"), rep.get("budget_s")
+    if not isinstance(target, (int, float)):
+        raise SweepError(f"{plan.sweep.path}: report.check=time_to_target needs report.target (e.g. 0.92)")
+    x, y = curve_keys(plan)
+    m = plan.sweep.metric
+    lines = []
+    for vr in collected:
+        for r in vr.results:
+            seed = int(r.get("seed", -1))
+            curve = run_curve(plan, vr.variant, seed, x, y)
+            hit = next((t for t, v in curve if v >= target), None)
+            test = (r.get("test") or {}).get(m.key)
+            fit_s = value_at(r, "training.fit_time_s")
+            within = "" if budget is None or fit_s is None else (" (within" if fit_s <= budget else " (over") + f" the {budget:g} s budget)"
+            reached = "n/a" if test is None else ("reached" if test >= target else "not reached")
+            lines.append(
+                f"{vr.variant.name} seed{seed}: {y} >= {target:g} first at {x} = "
+                + (f"{hit:.0f}" if hit is not None else "never")
+                + f"; {m.key} {'n/a' if test is None else f'{test * m.scale:.{m.digits}f}'}: target {reached} after "
+                f"{fmt_seconds(fit_s)} of fit{within}"
+            )
+    return lines or ["not enough results yet"]
+
+
+CHECKERS = {
+    "time_to_target": check_time_to_target,
+    "gaps": check_gaps,
+    "halving": check_halving,
+    "baseline": check_baseline,
+    "best_per_group": check_best_per_group,
+    "speed": check_speed,
+    "ordering": check_ordering,
+}

@@ -1,0 +1,144 @@
+"""Collecting a plan's results: every run's ``results.json`` (and, for curves, its
+``metrics.csv``) per variant, with the planned runs that have none and why.
+
+``collect(plan)`` gives one ``VariantResults`` per planned variant (finished results of the
+planned seeds plus any other finished ``seed<k>`` found on disk; the planned seeds without a
+result, with the reason: not run, or failed or unfinished and the last error of its log).
+``Stat``/``mean_std`` are the mean and sample standard deviation the report shows.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reproductions.results import read_results
+from reproductions.sweeping.launch import last_error
+from reproductions.sweeping.plan import LOG_FILE, Plan
+from reproductions.sweeping.spec import Metric, Variant
+
+
+@dataclass
+class Stat:
+    mean: float | None
+    std: float | None  # sample standard deviation (n - 1); None when n < 2
+    n: int
+
+
+def mean_std(values: Sequence[float]) -> Stat:
+    """Mean and sample standard deviation (ddof = 1) of the finite values."""
+    vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    n = len(vals)
+    if n == 0:
+        return Stat(None, None, 0)
+    mean = sum(vals) / n
+    std = math.sqrt(sum((v - mean) ** 2 for v in vals) / (n - 1)) if n > 1 else None
+    return Stat(mean, std, n)
+
+
+def value_at(d: dict, path: str) -> Any:
+    """The value at a dotted ``path`` of a results dict (``training.fit_time_s``), or None."""
+    for part in path.split("."):
+        if not isinstance(d, dict) or part not in d:
+            return None
+        d = d[part]
+    return d
+
+
+@dataclass
+class VariantResults:
+    variant: Variant
+    results: list[dict] = field(default_factory=list)  # finished runs, by seed
+    missing: list[tuple[int, str]] = field(default_factory=list)  # planned seeds without a result
+
+    def values(self, path: str) -> list[float]:
+        out = []
+        for r in self.results:
+            v = value_at(r, path)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                out.append(float(v))
+        return out
+
+    def stat(self, path: str) -> Stat:
+        return mean_std(self.values(path))
+
+    def metric(self, plan: Plan) -> Stat:
+        """The sweep's metric in display units (e.g. accuracy in percent)."""
+        return self.column(plan.sweep.metric)
+
+    def column(self, m: Metric) -> Stat:
+        """A metric column in display units (value x ``m.scale``)."""
+        return mean_std([v * m.scale for v in self.values_of_metric(m.key)])
+
+    def ceiling(self, m: Metric) -> Stat:
+        """The data's ceiling for ``m`` (display units) as the results record it; n = 0 if none."""
+        return mean_std([v * m.scale for v in self.values(m.ceiling)]) if m.ceiling else Stat(None, None, 0)
+
+    def values_of_metric(self, key: str) -> list[float]:
+        return [float(r["test"][key]) for r in self.results if isinstance((r.get("test") or {}).get(key), (int, float))]
+
+    def seeds(self) -> list[int]:
+        return [int(r.get("seed", -1)) for r in self.results]
+
+
+def _seed_of(path: Path) -> int | None:
+    try:
+        return int(path.name.removeprefix("seed")) if path.name.startswith("seed") else None
+    except ValueError:
+        return None
+
+
+def collect(plan: Plan) -> list[VariantResults]:
+    """Finished results per variant (planned seeds and any other finished seed on disk) and
+    the planned runs without one, with the reason (not run / failed or unfinished + last log line)."""
+    out = []
+    for variant in plan.variants:
+        vdir = plan.experiment_dir / variant.name
+        seeds = list(plan.seeds)
+        if vdir.is_dir():
+            seeds += sorted(s for s in (_seed_of(p) for p in vdir.iterdir() if p.is_dir()) if s is not None and s not in seeds)
+        vr = VariantResults(variant)
+        for seed in sorted(seeds):
+            run_dir = vdir / f"seed{seed}"
+            res = read_results(run_dir)
+            if res is not None:
+                vr.results.append(res)
+            elif seed in plan.seeds:
+                if not run_dir.exists():
+                    vr.missing.append((seed, "not run"))
+                else:
+                    log = run_dir / LOG_FILE
+                    why = last_error(log) if log.exists() else "no results.json and no stdout.log"
+                    vr.missing.append((seed, f"failed or unfinished: {why}"))
+        out.append(vr)
+    return out
+
+def run_curve(plan: Plan, variant: Variant, seed: int, x: str, y: str) -> list[tuple[float, float]]:
+    """(x, y) pairs of one run's metrics.csv rows that have both columns (e.g. the wall time since
+    fit started and the validation accuracy of each validation), in file order."""
+    path = plan.experiment_dir / variant.name / f"seed{seed}" / "metrics.csv"
+    if not path.exists():
+        return []
+    out = []
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            try:
+                out.append((float(row[x]), float(row[y])))
+            except (KeyError, TypeError, ValueError):
+                continue
+    return out
+
+
+def curve_keys(plan: Plan) -> tuple[str, str]:
+    """The metrics.csv columns of the report's curves: ``report.x`` (default the wall seconds
+    since fit started) and ``report.y`` (default the validation accuracy)."""
+    rep = plan.sweep.report
+    return str(rep.get("x", "time/fit_elapsed_s")), str(rep.get("y", "val/acc"))
+
+
+def by_name(collected: list[VariantResults]) -> dict[str, VariantResults]:
+    return {vr.variant.name: vr for vr in collected}

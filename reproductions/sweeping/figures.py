@@ -1,0 +1,243 @@
+"""The report's figure: the sweep file's ``report.plot``, drawn from the collected results.
+
+    ``accuracy_vs_flops``  accuracy against GFLOPs per image and against total training FLOPs
+                           (patch size);
+    ``bars``               one bar per variant with ± std error bars (position; with
+                           ``speed: true`` a second panel of training images/s: attention;
+                           ``panels: [test/gauc, ...]`` a panel per further metric column;
+                           a dashed line at a column's ceiling when the data records one);
+    ``grouped_bars``       bars grouped by ``report.x`` (e.g. the learning rate), one colour per
+                           ``report.hue`` (e.g. cls/gap): pooling;
+    ``lines``              one line per ``report.hue`` (e.g. the model family) against ``report.x``
+                           (a variant axis such as train_samples, or a results.json path such as
+                           training.total_train_flops; log scale unless ``logx: false``), a panel
+                           for the metric and one per ``report.panels`` column: hybrid, data size;
+    ``curves``             every run's metrics.csv: ``report.y`` (default val/acc) against
+                           ``report.x`` (default time/fit_elapsed_s, wall seconds since fit
+                           started), with ``report.target`` and ``report.budget_s`` lines:
+                           time to accuracy.
+
+``figure`` picks the kind (``PLOTTERS``), draws it with one ``plot_<kind>`` function (each takes
+the plan, every variant's results and those with a result, and returns the matplotlib figure)
+and saves it atomically.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from reproductions.sweeping.collect import Stat, VariantResults, curve_keys, run_curve
+from reproductions.sweeping.plan import Plan
+from reproductions.sweeping.spec import SweepError
+from reproductions.sweeping.tables import axis_order, axis_sort_key, ceiling_value, input_unit, panel_metrics
+from utils.atomic import atomic_savefig
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend (files only, no display)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _title(plan: Plan) -> str:
+    return f"{plan.sweep.title}\n{plan.experiment}: mean ± std over seeds"
+
+
+def _bar_limits(ax, lows: list[float], highs: list[float], horizontal: bool) -> None:
+    """Zoom the value axis onto the data when the differences are small (said on the axis)."""
+    if not lows:
+        return
+    lo, hi = min(lows), max(highs)
+    span = max(hi - lo, 1e-9)
+    start = max(0.0, lo - 0.5 * span)
+    if start > 0:
+        (ax.set_xlim if horizontal else ax.set_ylim)(start, hi + 0.25 * span)
+
+
+def plot_accuracy_vs_flops(plan: Plan, collected: list[VariantResults], have: list[VariantResults]):
+    """The metric against GFLOPs per image and against total training FLOPs, one point per variant."""
+    import matplotlib.ticker
+
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, path_key, xlabel, scale in (
+        (axes[0], "model.flops_per_sample", "GFLOPs per image (forward)", 1e-9),
+        (axes[1], "training.total_train_flops", "total training FLOPs", 1.0),
+    ):
+        for vr in have:
+            xs = vr.stat(path_key).mean
+            if xs is None:
+                continue
+            s = vr.metric(plan)
+            ax.errorbar(xs * scale, s.mean, yerr=s.std or 0, fmt="o", capsize=4)
+            ax.annotate(vr.variant.name, (xs * scale, s.mean), textcoords="offset points", xytext=(6, 6), fontsize=8)
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # overlapping 2x10^-3 ... labels
+        ax.margins(x=0.2)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(plan.sweep.metric.label)
+        ax.grid(alpha=0.3)
+    fig.suptitle(_title(plan), fontsize=10)
+    return fig
+
+
+def plot_lines(plan: Plan, collected: list[VariantResults], have: list[VariantResults]):
+    """One line per ``report.hue`` against ``report.x``; a panel for the metric and per ``report.panels`` column."""
+    rep = plan.sweep.report
+    hue, x = rep.get("hue"), rep.get("x")
+    if not hue or not x:
+        raise SweepError(f"{plan.sweep.path}: report.plot=lines needs report.x (a variant axis or a results.json "
+                         "path such as training.total_train_flops) and report.hue (a variant axis)")  # fmt: skip
+    metrics = [plan.sweep.metric, *panel_metrics(plan)]
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5.5 * len(metrics), 4.2), squeeze=False)
+    for ax, m in zip(axes[0], metrics):
+        for h in axis_order(plan, hue):
+            pts = []
+            for vr in have:
+                if vr.variant.axes.get(hue) != h:
+                    continue
+                xv = vr.variant.axes[x] if x in vr.variant.axes else vr.stat(x).mean
+                s = vr.column(m)
+                if isinstance(xv, (int, float)) and s.mean is not None:
+                    pts.append((float(xv), s.mean, s.std or 0.0))
+            if pts:
+                pts.sort()
+                ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o",
+                            capsize=4, label=f"{h}")  # fmt: skip
+        if rep.get("logx", True):
+            ax.set_xscale("log")
+        ax.set_xlabel(rep.get("xlabel", x))
+        ax.set_ylabel(m.label)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(_title(plan), fontsize=10)
+    return fig
+
+
+def plot_curves(plan: Plan, collected: list[VariantResults], have: list[VariantResults]):
+    """Every run's metrics.csv curve (``report.y`` against ``report.x``), with the target and budget lines."""
+    rep = plan.sweep.report
+    x, y = curve_keys(plan)
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, vr in enumerate(collected):
+        for j, seed in enumerate(vr.seeds()):
+            curve = run_curve(plan, vr.variant, seed, x, y)
+            if curve:
+                ax.plot([c[0] for c in curve], [c[1] for c in curve], marker=".", color=colors[i % len(colors)],
+                        alpha=0.85, label=vr.variant.name if j == 0 else None)  # fmt: skip
+    if isinstance(rep.get("target"), (int, float)):
+        ax.axhline(rep["target"], color="tab:red", linestyle="--", linewidth=1, label=f"target {rep['target']:g}")
+        low, high = ax.get_ylim()
+        ax.set_ylim(low, max(high, rep["target"] + 0.1 * (high - low)))  # the target line clear of the frame
+    if isinstance(rep.get("budget_s"), (int, float)):
+        ax.axvline(rep["budget_s"], color="gray", linestyle=":", linewidth=1, label=f"budget {rep['budget_s']:g} s")
+    ax.set_xlabel(rep.get("xlabel", x))
+    ax.set_ylabel(rep.get("ylabel", y))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(f"{plan.sweep.title}\n{plan.experiment}: one line per run", fontsize=10)
+    return fig
+
+
+def plot_grouped_bars(plan: Plan, collected: list[VariantResults], have: list[VariantResults]):
+    """Bars grouped by ``report.x``, one colour per ``report.hue``."""
+    rep = plan.sweep.report
+    x, hue = rep.get("x"), rep.get("hue")
+    xs = sorted({vr.variant.axes.get(x) for vr in collected}, key=axis_sort_key)
+    hues = list(dict.fromkeys(vr.variant.axes.get(hue) for vr in collected))
+    width = 0.8 / max(1, len(hues))
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(xs) + 2), 4.2))
+    lows, highs = [], []
+    for j, h in enumerate(hues):
+        means, errs, pos = [], [], []
+        for i, xv in enumerate(xs):
+            vr = next((v for v in collected if v.variant.axes.get(x) == xv and v.variant.axes.get(hue) == h), None)
+            s = vr.metric(plan) if vr else Stat(None, None, 0)
+            if s.mean is None:
+                continue
+            means.append(s.mean)
+            errs.append(s.std or 0)
+            pos.append(i + (j - (len(hues) - 1) / 2) * width)
+            lows.append(s.mean - (s.std or 0))
+            highs.append(s.mean + (s.std or 0))
+        ax.bar(pos, means, width, yerr=errs, capsize=4, label=f"{hue}={h}")
+    ax.set_xticks(range(len(xs)), [f"{x}={xv}" for xv in xs])
+    _bar_limits(ax, lows, highs, horizontal=False)
+    ax.set_ylabel(plan.sweep.metric.label + (" (axis zoomed)" if ax.get_ylim()[0] > 0 else ""))
+    ax.legend()
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_title(_title(plan), fontsize=10)
+    return fig
+
+
+def plot_bars(plan: Plan, collected: list[VariantResults], have: list[VariantResults]):
+    """One horizontal bar per variant; a panel per ``report.panels`` column and, with ``speed``, images/s."""
+    rep = plan.sweep.report
+    speed = bool(rep.get("speed"))
+    extra = panel_metrics(plan)
+    ncols = 1 + len(extra) + int(speed)
+    plt = pyplot()
+    fig, axes = plt.subplots(1, ncols, figsize=(6 * ncols, max(3, 0.45 * len(collected) + 1.5)), squeeze=False)
+    names = [vr.variant.name for vr in collected][::-1]
+    panels = [(axes[0][0], lambda vr: vr.metric(plan), plan.sweep.metric.label, plan.sweep.metric)]
+    for i, col in enumerate(extra, 1):
+        panels.append((axes[0][i], lambda vr, col=col: vr.column(col), col.label, col))
+    if speed:
+        panels.append((axes[0][-1], lambda vr: vr.stat("training.samples_per_sec"), f"training {input_unit(plan)}s/s", None))
+    for ax, get, xlabel, col in panels:
+        stats = [get(vr) for vr in collected][::-1]
+        means = [s.mean if s.mean is not None else 0.0 for s in stats]
+        ax.barh(names, means, xerr=[s.std or 0 for s in stats], capsize=4, color="tab:blue")
+        ceiling = ceiling_value(collected, col) if col is not None else Stat(None, None, 0)
+        lows = [s.mean - (s.std or 0) for s in stats if s.mean is not None]
+        highs = [s.mean + (s.std or 0) for s in stats if s.mean is not None]
+        if ceiling.mean is not None:
+            ax.axvline(ceiling.mean, color="tab:red", linestyle="--", linewidth=1.2,
+                       label=f"ceiling {ceiling.mean:.{col.digits}f}")  # fmt: skip
+            ax.legend(loc="lower right", fontsize=8)
+            lows.append(ceiling.mean)
+            highs.append(ceiling.mean)
+        _bar_limits(ax, lows, highs, horizontal=True)
+        for i, s in enumerate(stats):
+            if s.mean is None:
+                ax.text(ax.get_xlim()[0], i, "  no result", va="center", fontsize=8, color="tab:red")
+            else:
+                ax.annotate(f"n={s.n}", (s.mean + (s.std or 0), i), xytext=(6, 0), textcoords="offset points",
+                            va="center", fontsize=7)  # fmt: skip
+        ax.set_xlabel(xlabel + (" (axis zoomed)" if ax.get_xlim()[0] > 0 else ""))
+        ax.grid(axis="x", alpha=0.3)
+    fig.suptitle(_title(plan), fontsize=10)
+    return fig
+
+
+#: ``report.plot`` -> the function that draws it
+PLOTTERS = {
+    "bars": plot_bars,
+    "grouped_bars": plot_grouped_bars,
+    "accuracy_vs_flops": plot_accuracy_vs_flops,
+    "lines": plot_lines,
+    "curves": plot_curves,
+}
+PLOTS = tuple(PLOTTERS)
+
+
+def figure(plan: Plan, collected: list[VariantResults], path: Path) -> Path | None:
+    """Draw the sweep's ``report.plot`` into ``path`` (PNG, atomically); None when nothing finished."""
+    kind = plan.sweep.report.get("plot", "bars")
+    if kind not in PLOTTERS:
+        raise SweepError(f"{plan.sweep.path}: report.plot={kind!r} is not one of {list(PLOTS)}")
+    have = [vr for vr in collected if vr.metric(plan).mean is not None]
+    if not have:
+        return None
+    fig = PLOTTERS[kind](plan, collected, have)
+    atomic_savefig(fig, path)
+    pyplot().close(fig)
+    return path

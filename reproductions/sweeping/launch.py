@@ -1,0 +1,250 @@
+"""Running a plan's runs: locally (subprocesses, ``jobs`` at a time, with progress and an
+estimate of the time left) or as a SLURM job array script.
+
+Each run is ``python -m reproductions fit ...`` in a subprocess started in the repository root
+(``cwd``), so it imports this repository from any working directory even without ``pip install
+-e .``; its output goes to ``<run dir>/stdout.log`` (streamed as it runs, so not an atomic
+write). A run whose ``results.json`` says finished counts as done; a failed run is logged,
+never stops the others, and is listed with the most telling line of its log (``last_error``).
+
+Why a hand-written runner rather than W&B sweeps (or another scheduler): a W&B sweep needs a
+W&B server to hand out the grid, and the runs must work offline; here each run is a plain CLI
+subprocess whose ``results.json`` is the record of what it did (what is done, what to skip on a
+rerun, what the report reads); and the same commands go unchanged into a SLURM job array, where
+the cluster's scheduler replaces the local loop.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from reproductions.results import read_results
+from reproductions.sweeping.plan import Plan, Run, run_path
+from reproductions.sweeping.spec import REPO_ROOT, Sweep, SweepError
+
+
+# --------------------------------------------------------------------------- progress
+
+
+def format_duration(seconds: float) -> str:
+    """0:00:42, 1:02:03 (h:mm:ss)."""
+    seconds = max(0, int(round(seconds)))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def estimate_remaining(durations: Sequence[float], remaining_runs: int, jobs: int = 1) -> float | None:
+    """Mean duration of the runs finished so far x the runs still to finish, over parallel jobs."""
+    if not durations:
+        return None
+    if remaining_runs <= 0:
+        return 0.0
+    return sum(durations) / len(durations) * math.ceil(remaining_runs / max(1, jobs))
+
+
+def progress_line(k: int, n: int, label: str, elapsed: float, durations: Sequence[float], jobs: int = 1) -> str:
+    """``[run 3/26] learned_2d-stem seed1 | elapsed 0:01:23 | remaining ~0:05:10 (mean 41.5 s/run over 2)``.
+
+    ``k`` counts this invocation's runs (skipped finished runs are not in ``n``); the estimate is
+    the mean duration of the runs that ended so far times the runs not yet ended.
+    """
+    eta = estimate_remaining(durations, n - len(durations), jobs)
+    if eta is None:
+        remaining = "remaining ? (no run finished yet)"
+    else:
+        mean = sum(durations) / len(durations)
+        remaining = f"remaining ~{format_duration(eta)} (mean {mean:.1f} s/run over {len(durations)})"
+    return f"[run {k}/{n}] {label} | elapsed {format_duration(elapsed)} | {remaining}"
+
+
+# --------------------------------------------------------------------------- running
+
+
+@dataclass
+class Outcome:
+    run: Run
+    returncode: int
+    seconds: float
+    finished: bool  # results.json says finished
+
+    @property
+    def failed(self) -> bool:
+        return not self.finished
+
+
+def run_env(jobs: int = 1, threads: int | None = None) -> dict[str, str]:
+    """The runs' environment: this process's, unbuffered, with the CPU threads per run
+    (OMP_NUM_THREADS, unless already set): the profile's ``threads``, else with parallel jobs
+    the cores split between them, since oversubscribed threads make small models many times
+    slower. The import path is left alone: the runs start in the repository root."""
+    env = dict(os.environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    if "OMP_NUM_THREADS" not in env:
+        if threads:
+            env["OMP_NUM_THREADS"] = str(threads)
+        elif jobs > 1:
+            env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // jobs))
+    return env
+
+
+def subprocess_runner(run: Run, env: dict[str, str]) -> int:
+    """Run one command as a subprocess in the repository root (isolates failures and memory;
+    imports this repository from any working directory); output to its stdout.log."""
+    run.run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run.log_path, "w") as log:
+        log.write(f"$ {shlex.join(run.command)}\n")
+        log.flush()
+        proc = subprocess.Popen(run.command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
+        try:
+            return proc.wait()
+        except BaseException:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            raise
+
+
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b.*")
+
+
+def last_error(log_path: Path, limit: int = 300) -> str:
+    """The most telling line of a failed run's log: the last ``XxxError: message`` line (skipping
+    jsonargparse's generic wrapper around a constructor's error), else the last non-empty line."""
+    try:
+        lines = [line.rstrip() for line in log_path.read_text(errors="replace").splitlines()]
+    except OSError:
+        return "no log"
+    errors = [ln for ln in lines if _EXCEPTION_LINE.match(ln) and "Does not validate against any of the" not in ln]
+    text = (errors or [ln for ln in lines if ln.strip()] or ["empty log"])[-1]
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _metric_text(sweep: Sweep, run: Run) -> str:
+    res = read_results(run.run_dir) or {}
+    value = (res.get("test") or {}).get(sweep.metric.key)
+    return f", {sweep.metric.key} = {value:.4f}" if isinstance(value, (int, float)) else ""
+
+
+def execute(
+    plan: Plan,
+    runs: Sequence[Run],
+    *,
+    runner: Callable[[Run, dict[str, str]], int] = subprocess_runner,
+    out: TextIO | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> list[Outcome]:
+    """Run ``runs`` (``plan.jobs`` at a time), printing progress; never stops at a failure."""
+    out = out or sys.stdout
+    n = len(runs)
+    env = run_env(plan.jobs, plan.profile.threads)
+    lock = threading.Lock()
+    durations: list[float] = []
+    outcomes: list[Outcome] = []
+    start = clock()
+
+    def say(text: str) -> None:
+        with lock:
+            print(text, file=out, flush=True)
+
+    def one(k: int, run: Run) -> Outcome:
+        with lock:
+            line = progress_line(k, n, run.label, clock() - start, durations, plan.jobs)
+        say(f"{line}\n    log: {run.log_path}")
+        t0 = clock()
+        try:
+            rc = runner(run, env)
+        except Exception as e:  # a runner that cannot start the run (e.g. no such executable)
+            run.run_dir.mkdir(parents=True, exist_ok=True)
+            with open(run.log_path, "a") as log:
+                log.write(f"\nsweep: could not run: {type(e).__name__}: {e}\n")
+            rc = -1
+        seconds = clock() - t0
+        finished = read_results(run.run_dir) is not None
+        outcome = Outcome(run, rc, seconds, finished)
+        with lock:
+            durations.append(seconds)
+            outcomes.append(outcome)
+        if finished and rc == 0:
+            say(f"    done {run.label} in {seconds:.1f} s{_metric_text(plan.sweep, run)}")
+        else:
+            why = f"exit status {rc}" if rc != 0 else "exit status 0 but no finished results.json"
+            say(f"    FAILED {run.label} ({why}) after {seconds:.1f} s: {last_error(run.log_path)}")
+        return outcome
+
+    if plan.jobs == 1:
+        for k, run in enumerate(runs, 1):
+            one(k, run)
+    else:
+        with ThreadPoolExecutor(max_workers=plan.jobs) as pool:
+            futures = [pool.submit(one, k, run) for k, run in enumerate(runs, 1)]
+            try:
+                for f in futures:
+                    f.result()
+            except BaseException:
+                for f in futures:
+                    f.cancel()
+                raise
+    order = {id(r): i for i, r in enumerate(runs)}
+    return sorted(outcomes, key=lambda o: order[id(o.run)])
+
+
+# --------------------------------------------------------------------------- slurm
+
+
+def slurm_script(plan: Plan, runs: Sequence[Run], devices: int | None = None, sbatch: Sequence[str] = ()) -> str:
+    """A job-array script: one array task per pending run, ``devices`` GPUs (and tasks) per run.
+
+    Lightning reads the ranks from SLURM (``srun``, one task per GPU). A task whose run finished
+    meanwhile (results.json says so) exits at once, so the script can be resubmitted as is. The
+    script changes to the repository root, where the runs run (as local ones do).
+    """
+    if not runs:
+        raise SweepError("no pending runs: nothing to put in a job array")
+    gpus = devices or 1
+    exp_dir = plan.experiment_dir
+    lines = [
+        "#!/bin/bash",
+        f"# Sweep {plan.sweep.id}, profile {plan.profile.name}: {len(runs)} pending runs of {len(plan.runs)}",
+        f"# (experiment {plan.experiment}), one array task per run, {gpus} GPU(s) per task.",
+        f"# Submit:      sbatch {shlex.quote(str(exp_dir / 'sweep.sbatch'))}",
+        f"# When done:   {plan.sweep_command('report')}",
+        f"#SBATCH --job-name={plan.experiment.replace('/', '-')}",
+        f"#SBATCH --array=0-{len(runs) - 1}",
+        "#SBATCH --nodes=1",
+        f"#SBATCH --ntasks-per-node={gpus}",
+        f"#SBATCH --gpus-per-node={gpus}",
+        f"#SBATCH --output={exp_dir}/slurm/%A_%a.out",
+        *[f"#SBATCH {opt}" for opt in sbatch],
+        "set -euo pipefail",
+        f"cd {shlex.quote(str(REPO_ROOT))}",
+        "",
+        "RUN_DIRS=(",
+        *[f"  {shlex.quote(run_path(r.run_dir))}" for r in runs],
+        ")",
+        "COMMANDS=(",
+        *[f"  {shlex.quote(shlex.join(r.command))}" for r in runs],
+        ")",
+        "",
+        'RUN_DIR="${RUN_DIRS[$SLURM_ARRAY_TASK_ID]}"',
+        'if grep -qs \'"status": "finished"\' "$RUN_DIR/results.json"; then',
+        '  echo "already finished: $RUN_DIR"; exit 0',
+        "fi",
+        'mkdir -p "$RUN_DIR"',
+        'echo "$ ${COMMANDS[$SLURM_ARRAY_TASK_ID]}" > "$RUN_DIR/stdout.log"',
+        'srun bash -c "${COMMANDS[$SLURM_ARRAY_TASK_ID]}" >> "$RUN_DIR/stdout.log" 2>&1',
+        "",
+    ]  # fmt: skip
+    return "\n".join(lines)

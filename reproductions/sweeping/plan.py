@@ -1,0 +1,229 @@
+"""The plan: a sweep at one profile expanded into runs, each with its run directory and command.
+
+Where runs go: ``<root>/<paper>/<name>-<profile>/<variant>/seed<k>/`` (the experiment name
+``<paper>/<name>-<profile>``, e.g. ``vit/position-cpu``), so profiles never mix. Every run is
+``python -m reproductions fit --config <base> <sweep, profile, variant overrides>
+--seed_everything k --run.experiment <exp> --run.variant <variant> --run.group <exp>
+--run.tags [axis, profile, sweep]`` (then ``--devices``/``--wandb`` options and the extra
+overrides). Later overrides win: profile over sweep, variant over profile, extras over all.
+
+The runs run in the repository root (``reproductions.sweeping.launch``), so the paths in their
+commands are the ones this process sees only where it runs there too (the usual case): from
+another directory the config and the runs' root are given to them absolute. Relative paths in
+extra overrides are taken from the repository root.
+
+Layer: ``spec`` < ``plan`` (this module) < ``launch`` < ``collect`` < ``tables``/``claims``/
+``figures`` < ``report``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from reproductions.results import read_results
+from reproductions.sweeping.spec import (
+    DEFAULT_PROFILE,
+    REPO_ROOT,
+    Profile,
+    Sweep,
+    SweepError,
+    Variant,
+    find_sweep,
+    load_sweep,
+)
+
+LOG_FILE = "stdout.log"
+LAUNCHERS = ("local", "torchrun", "slurm")
+
+
+def cli_value(value: Any) -> str:
+    """An override value as one command-line word that jsonargparse parses back to ``value``."""
+    if isinstance(value, str):
+        try:
+            same = yaml.safe_load(value) == value
+        except yaml.YAMLError:
+            same = False
+        return value if same else json.dumps(value)
+    return json.dumps(value)
+
+
+def override_args(overrides: dict[str, Any]) -> list[str]:
+    args: list[str] = []
+    for key, value in overrides.items():
+        args += [f"--{key}", cli_value(value)]
+    return args
+
+
+def _display_path(path: Path) -> str:
+    """Relative to the working directory when under it (shorter commands), else absolute."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path.resolve())
+
+
+def run_path(path: str | os.PathLike) -> str:
+    """A path as the runs see it. They run in the repository root: where this process runs
+    there too, the path is kept as given; elsewhere a relative path is made absolute."""
+    path = Path(path)
+    if path.is_absolute() or Path.cwd().resolve() == REPO_ROOT:
+        return str(path)
+    return str(path.resolve())
+
+
+@dataclass
+class Run:
+    variant: Variant
+    seed: int
+    run_dir: Path
+    args: list[str]  # what follows ``python -m reproductions``
+    command: list[str]  # the full command line (python or torchrun)
+
+    @property
+    def label(self) -> str:
+        return f"{self.variant.name} seed{self.seed}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.run_dir / LOG_FILE
+
+
+@dataclass
+class Plan:
+    """A sweep at one profile: every variant x seed, with its run directory and command."""
+
+    sweep: Sweep
+    profile: Profile
+    experiment: str
+    root: Path
+    base: Path
+    seeds: list[int]
+    variants: list[Variant]
+    runs: list[Run]
+    jobs: int
+
+    @property
+    def experiment_dir(self) -> Path:
+        return self.root / self.experiment
+
+    def finished(self) -> list[Run]:
+        return [r for r in self.runs if read_results(r.run_dir) is not None]
+
+    def pending(self) -> list[Run]:
+        return [r for r in self.runs if read_results(r.run_dir) is None]
+
+    def changed(self) -> list[Run]:
+        """Finished runs whose results.json records another command than the plan's (the sweep
+        file, the profile or the extra overrides changed since): kept, but worth a warning."""
+        out = []
+        for r in self.runs:
+            recorded = (read_results(r.run_dir) or {}).get("command")
+            if recorded and not recorded.endswith(" " + " ".join(r.args)):
+                out.append(r)
+        return out
+
+    def sweep_command(self, command: str = "sweep") -> str:
+        """The command that makes (or reports) this plan, for the report and the printed hints."""
+        try:
+            name = self.sweep.id if find_sweep(self.sweep.id) == self.sweep.path else _display_path(self.sweep.path)
+        except SweepError:
+            name = _display_path(self.sweep.path)
+        parts = ["python", "-m", "reproductions", command, name, "--profile", self.profile.name]
+        if self.seeds != (self.profile.seeds or self.sweep.seeds):
+            parts += ["--seeds", str(len(self.seeds))] if self.seeds == list(range(len(self.seeds))) else []
+        if self.root != Path("runs"):
+            parts += ["--root", str(self.root)]
+        if self.experiment != default_experiment(self.sweep, self.profile.name):
+            parts += ["--experiment", self.experiment]
+        return shlex.join(parts)
+
+
+def default_experiment(sweep: Sweep, profile: str) -> str:
+    return f"{sweep.id}-{profile}"
+
+
+def _resolve_base(sweep: Sweep, base: str) -> Path:
+    path = Path(base)
+    for candidate in ([path] if path.is_absolute() else [REPO_ROOT / path, sweep.path.parent / path]):
+        if candidate.is_file():
+            return candidate.resolve()
+    raise SweepError(f"{sweep.path}: base config {base!r} not found (looked under {REPO_ROOT} and {sweep.path.parent})")
+
+
+def make_plan(
+    sweep: Sweep | str | os.PathLike,
+    profile: str = DEFAULT_PROFILE,
+    *,
+    seeds: int | None = None,
+    root: str | os.PathLike = "runs",
+    experiment: str | None = None,
+    launcher: str = "local",
+    devices: int | None = None,
+    wandb: bool = False,
+    project: str | None = None,
+    extra: Sequence[str] = (),
+    jobs: int | None = None,
+    python: str = sys.executable,
+) -> Plan:
+    """Expand ``sweep`` at ``profile`` into runs (variant-major, then seeds)."""
+    if not isinstance(sweep, Sweep):
+        sweep = load_sweep(sweep)
+    if launcher not in LAUNCHERS:
+        raise SweepError(f"launcher={launcher!r} is not one of {list(LAUNCHERS)}")
+    if devices is not None and devices < 1:
+        raise SweepError(f"devices={devices} must be at least 1")
+    prof = sweep.profile(profile)
+    base = _resolve_base(sweep, prof.base or sweep.base)
+    seed_list = list(range(seeds)) if seeds is not None else (prof.seeds or sweep.seeds)
+    if seeds is not None and seeds < 1:
+        raise SweepError(f"seeds={seeds} must be at least 1")
+    variants = prof.variants or sweep.variants
+    experiment = experiment or default_experiment(sweep, profile)
+    root = Path(root)
+    device_args: list[str] = []
+    if devices is not None:
+        device_args = ["--trainer.devices", str(devices)]
+        if devices > 1:
+            device_args += ["--trainer.strategy", "ddp"]
+    tags = list(dict.fromkeys([sweep.axis, profile, sweep.id]))
+    runs = []
+    for variant in variants:
+        config = _resolve_base(sweep, variant.base) if variant.base else base
+        for seed in seed_list:
+            args = [
+                "fit", "--config", run_path(_display_path(config)),
+                *override_args({**sweep.overrides, **prof.overrides, **variant.overrides}),
+                *device_args,
+                "--seed_everything", str(seed),
+                "--run.root", run_path(root),
+                "--run.experiment", experiment,
+                "--run.variant", variant.name,
+                "--run.group", experiment,
+                "--run.tags", json.dumps(tags),
+                *(["--run.wandb", "true"] if wandb else []),
+                *(["--run.project", project] if project else []),
+                *extra,
+            ]  # fmt: skip
+            if launcher == "torchrun":
+                nproc = str(devices or 1)
+                command = [python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", nproc,
+                           "-m", "reproductions", *args]
+            else:
+                command = [python, "-m", "reproductions", *args]
+            runs.append(Run(variant, seed, root / experiment / variant.name / f"seed{seed}", args, command))
+    if launcher == "local":
+        jobs = jobs or prof.jobs or 1
+    else:
+        jobs = 1  # torchrun: one multi-process run at a time; slurm: the scheduler decides
+    if jobs > 1 and devices is not None and devices > 1:
+        raise SweepError(f"--jobs {jobs} with --devices {devices}: run multi-device runs one at a time")
+    return Plan(sweep, prof, experiment, root, base, seed_list, variants, runs, jobs)

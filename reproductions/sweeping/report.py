@@ -1,0 +1,236 @@
+"""The report: a sweep's results as one Markdown file beside the paper, with its figure, on
+stdout and (optionally) in W&B.
+
+``write_report(plan)`` reads every ``results.json`` under ``<root>/<sweep>-<profile>/`` (the
+planned seeds, plus any other finished ``seed<k>`` found there) and writes, atomically, into
+that directory:
+
+- ``report.md``: how the runs were made (sweep, profile, command, base config, data, code
+  version), the paper's reference and claims, the table (``reproductions.sweeping.tables``:
+  variant, our metric mean ± sample std over n seeds, the sweep file's extra metric
+  ``columns``, the paper's value per reference column, parameters, GFLOPs per image, total
+  training FLOPs, training images/s, training time per run), the numbers the claims are about
+  (``report.check``, ``reproductions.sweeping.claims``), the figure, and every planned run that
+  is missing or failed (never dropped silently: a variant without results stays in the table
+  with n = 0);
+- ``<axis>.png``: the sweep file's ``report.plot`` (``reproductions.sweeping.figures``).
+
+More report options (``report:`` in the sweep file): ``unit`` (what one input is called in the
+compute columns, default ``image``: ``GFLOPs/image``, ``train images/s``); ``flops: si`` (FLOPs
+per input as 1.2M rather than in GFLOPs, for small nets); ``relaimpr:
+{baseline: WDL}`` adds a RelaImpr column against that variant, from the main metric's means
+(RelaImpr = ((AUC - 0.5) / (AUC_base - 0.5) - 1) x 100%, as DIN and BST report it). A metric
+with a ``ceiling`` (a results.json path such as ``data.ceiling.test_auc``; the synthetic CTR
+data records the AUC of its own true click probabilities) adds a "to ceiling" column for the
+main metric and a ceiling row.
+
+``render(plan)`` does the same without writing report.md (the notebooks' entry point). With
+``wandb=True`` the same table and figure go to W&B as a ``report`` run in the sweep's group
+(offline unless a key is configured, the rule of ``reproductions.tracking.wandb_offline``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from reproductions.sweeping.claims import CHECKERS
+from reproductions.sweeping.collect import VariantResults, collect
+from reproductions.sweeping.figures import figure
+from reproductions.sweeping.plan import Plan, cli_value
+from reproductions.sweeping.spec import REPO_ROOT, SweepError
+from reproductions.sweeping.tables import markdown_table, table, text_table
+from utils.atomic import atomic_write_text
+
+REPORT_FILE = "report.md"
+
+
+@dataclass
+class Report:
+    path: Path
+    figures: list[Path]
+    header: list[str]
+    rows: list[list[str]]
+    missing: list[str]
+    markdown: str
+    claims: list[str] = field(default_factory=list)  # the report.check summary lines
+
+
+def _first(collected: list[VariantResults]) -> dict | None:
+    return next((r for vr in collected for r in vr.results), None)
+
+
+def _overrides_text(overrides: dict) -> str:
+    return ", ".join(f"`{k}={cli_value(v)}`" for k, v in overrides.items()) or "none"
+
+
+def build_report(plan: Plan, collected: list[VariantResults], figures: list[Path]) -> Report:
+    sweep, prof = plan.sweep, plan.profile
+    header, rows = table(plan, collected)
+    first = _first(collected)
+    missing = [
+        f"`{vr.variant.name}` seed {seed}: {why} (`{plan.experiment_dir / vr.variant.name / f'seed{seed}'}`)"
+        for vr in collected for seed, why in vr.missing
+    ]  # fmt: skip
+    n_done = sum(len(vr.results) for vr in collected)
+    lines = [f"# {sweep.title}", ""]
+    if sweep.description:
+        lines += [sweep.description.strip(), ""]
+    own = [(v.name, v.base) for v in plan.variants if v.base]
+    metrics = ", ".join(f"`{c.key}` ({c.label})" for c in [sweep.metric, *sweep.columns])
+    lines += [
+        f"- Sweep `{sweep.id}` (`{_rel(sweep.path)}`), profile `{prof.name}`"
+        + (f" ({prof.description.strip()})" if prof.description else "")
+        + f", experiment `{plan.experiment}`",
+        f"- Made by: `{plan.sweep_command()}`; this report: `{plan.sweep_command('report')}`",
+        f"- Base config: `{_rel(plan.base)}`"
+        + (f" (variants with their own: {', '.join(f'{n} `{b}`' for n, b in own)})" if own else "")
+        + f"; sweep overrides: {_overrides_text(sweep.overrides)}; "
+        f"profile overrides: {_overrides_text(prof.overrides)}",
+        f"- Seeds planned: {', '.join(map(str, plan.seeds))}; {n_done} finished runs over {len(collected)} variants; "
+        f"{'metric' if not sweep.columns else 'metrics'} {metrics}, mean ± sample std (n - 1) over the n seeds",
+    ]
+    if first is not None:
+        data = first.get("data") or {}
+        tr = first.get("training") or {}
+        git = first.get("git") or {}
+        lines.append(
+            f"- Data: {_data_text(data)}; "
+            f"{tr.get('epochs', '?')} epochs, {tr.get('steps', '?')} steps of batch {tr.get('global_batch_size', '?')}; "
+            f"{tr.get('devices', '?')} device(s), precision {tr.get('precision', '?')}, host `{first.get('host', '?')}`; "
+            f"test weights: {first.get('test_ckpt', '?')}"
+        )
+        commits = sorted({str((r.get("git") or {}).get("commit"))[:10] + (" (dirty)" if (r.get("git") or {}).get("dirty") else "")
+                          for vr in collected for r in vr.results})  # fmt: skip
+        lines.append(f"- Code: git {', '.join(commits) if git else 'unknown'}; torch {(first.get('versions') or {}).get('torch')}")
+    lines.append(f"- Written {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}")
+    lines.append("")
+    if sweep.references or sweep.claims:
+        lines += ["## The paper", ""]
+        for ref in sweep.references:
+            mark = " (unverified)" if ref.unverified else ""
+            if sweep.metric.scale == 100:
+                scale = "fractions in the paper, shown as percent" if ref.scale == "fraction" else "percent"
+            elif sweep.metric.scale == 1:
+                scale = "fractions, as the paper prints them" if ref.scale == "fraction" else "percent in the paper, shown as fractions"
+            else:
+                scale = f"shown in our metric's units (x {sweep.metric.scale:g} of a fraction)"
+            lines.append(f"- **{ref.label}**{mark} ({scale})" + (f": {ref.note.strip()}" if ref.note else ""))
+        for claim in sweep.claims:
+            lines.append(f"- Claim: {claim.strip()}")
+        lines.append("")
+    lines += ["## Results", "", markdown_table(header, rows), ""]
+    check = sweep.report.get("check")
+    claims: list[str] = []
+    if check:
+        if check not in CHECKERS:
+            raise SweepError(f"{sweep.path}: report.check={check!r} is not one of {list(CHECKERS)}")
+        claims = CHECKERS[check](plan, collected)
+        lines += ["## Our numbers on the claim", ""]
+        lines += [f"- {line}" if not line.startswith("  ") else f"  - {line.strip()}" for line in claims]
+        lines.append("")
+    if figures:
+        lines += ["## Figures", ""]
+        lines += [f"![{f.stem}]({f.name})" for f in figures]
+        lines.append("")
+    lines += ["## Missing or failed runs", ""]
+    lines += [f"- {m}" for m in missing] if missing else ["None: every planned run finished."]
+    lines.append("")
+    text = "\n".join(lines)
+    return Report(plan.experiment_dir / REPORT_FILE, figures, header, rows, missing, text, claims)
+
+
+def _data_text(data: dict) -> str:
+    """One line about the data from results.json's ``data`` (images: sizes and input shape;
+    behaviour data: samples per split, users, sequence length and the ceiling)."""
+    source = f"`{data.get('source', '?')}`"
+    if isinstance(data.get("splits"), dict):
+        splits = data["splits"]
+        names = [k for k in ("train", "val", "test") if k in splits] + [k for k in splits if k not in ("train", "val", "test")]
+        sizes = ", ".join(f"{k} {(splits[k] or {}).get('samples', '?')}" for k in names)
+        text = f"{source} ({sizes} samples"
+        if data.get("seq_len") is not None:
+            text += f", sequence length {data['seq_len']}"
+        sizes = data.get("feature_sizes") or {}
+        if sizes:
+            text += ", " + ", ".join(f"{k} {sizes[k]}" for k in ("n_users", "n_items", "n_categories") if k in sizes)
+        ceiling = data.get("ceiling") or {}
+        if ceiling.get("test_auc") is not None:
+            text += f"; ceiling test AUC {ceiling['test_auc']:.4f}, GAUC {ceiling.get('test_gauc', float('nan')):.4f}"
+        return text + ")"
+    return (
+        f"{source} (train {data.get('train_size', '?')}, val {data.get('val_size', '?')}, "
+        f"test {data.get('test_size', '?')} images, input {data.get('input_shape', '?')})"
+    )
+
+
+def _rel(path: Path) -> str:
+    for root in (Path.cwd(), REPO_ROOT):
+        try:
+            return str(Path(path).resolve().relative_to(root.resolve()))
+        except ValueError:
+            continue
+    return str(path)
+
+
+def log_to_wandb(plan: Plan, report: Report, project: str = "attention-repro") -> None:
+    """The table and figures as a ``report`` run in the sweep's W&B group (offline without a key)."""
+    import wandb
+
+    from reproductions.tracking import wandb_offline
+
+    run = wandb.init(
+        project=project,
+        group=plan.experiment,
+        name=f"{plan.experiment}/report",
+        job_type="report",
+        tags=list(dict.fromkeys([plan.sweep.axis, plan.profile.name, plan.sweep.id])),
+        dir=str(plan.experiment_dir),
+        mode="offline" if wandb_offline() else "online",
+        reinit="finish_previous",  # never hand back a run left open in this process
+        config={"sweep": plan.sweep.id, "profile": plan.profile.name, "seeds": plan.seeds},
+    )
+    try:
+        payload: dict[str, Any] = {"report/table": wandb.Table(columns=report.header, data=report.rows)}
+        for fig in report.figures:
+            payload[f"report/{fig.stem}"] = wandb.Image(str(fig))
+        run.log(payload)
+        run.summary["report/missing_runs"] = len(report.missing)
+        run.save(str(report.path), base_path=str(report.path.parent), policy="now")
+    finally:
+        run.finish()
+
+
+def render(plan: Plan, figure_dir: str | os.PathLike | None = None) -> Report:
+    """Collect the results, draw the figure (into ``figure_dir``, default the experiment's
+    directory) and build the report, writing no report.md (the notebook's entry point)."""
+    collected = collect(plan)
+    figures = []
+    fig_dir = Path(figure_dir) if figure_dir is not None else plan.experiment_dir
+    fig = figure(plan, collected, fig_dir / f"{plan.sweep.axis}.png")
+    if fig is not None:
+        figures.append(fig)
+    return build_report(plan, collected, figures)
+
+
+def write_report(plan: Plan, *, wandb: bool = False, project: str = "attention-repro", out: TextIO | None = None) -> Report:
+    """Collect, draw, write ``report.md`` atomically, print the table (and log to W&B)."""
+    out = out or sys.stdout
+    report = render(plan)
+    atomic_write_text(report.path, report.markdown)
+    print(f"\n{plan.sweep.title} ({plan.experiment})", file=out)
+    print(text_table(report.header, report.rows), file=out)
+    for line in report.claims:
+        print(f"  {line}", file=out)
+    if report.missing:
+        print(f"missing or failed runs ({len(report.missing)}):", file=out)
+        for m in report.missing:
+            print(f"  {m.replace('`', '')}", file=out)
+    print(f"report: {report.path}" + "".join(f"\nfigure: {f}" for f in report.figures), file=out)
+    if wandb:
+        log_to_wandb(plan, report, project)
+    return report

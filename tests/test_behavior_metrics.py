@@ -1,0 +1,70 @@
+"""datamodules/behavior/metrics.py: the numpy AUC / GAUC / log loss against sklearn and the torch GAUC."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import log_loss, roc_auc_score
+
+from datamodules.behavior.metrics import auc, gauc, logloss
+from lightning_modules.metrics import group_auroc
+
+
+def brute_force_gauc(labels: np.ndarray, scores: np.ndarray, groups: np.ndarray) -> float:
+    """sklearn's AUC user by user, weighted by impressions; users with one class skipped."""
+    total, weight = 0.0, 0
+    for g in np.unique(groups):
+        m = groups == g
+        if 0 < labels[m].sum() < m.sum():
+            total += m.sum() * roc_auc_score(labels[m], scores[m])
+            weight += m.sum()
+    return total / weight if weight else float("nan")
+
+
+def sample(seed: int, n: int = 3000, n_users: int = 600, ties: bool = False):
+    rng = np.random.default_rng(seed)
+    groups = rng.integers(0, n_users, n)
+    scores = rng.random(n)
+    if ties:
+        scores = np.round(scores, 1)  # many tied scores inside a user
+    labels = (rng.random(n) < 0.2 + 0.6 * scores).astype(np.float32)
+    return labels, scores, groups
+
+
+@pytest.mark.parametrize(("seed", "ties"), [(0, False), (1, True), (2, True)])
+def test_gauc_equals_brute_force_per_user_sklearn(seed, ties):
+    labels, scores, groups = sample(seed, ties=ties)
+    one_class = [g for g in np.unique(groups) if labels[groups == g].min() == labels[groups == g].max()]
+    assert one_class, "the sample must hold users with one class, which are skipped"
+    assert gauc(labels, scores, groups) == pytest.approx(brute_force_gauc(labels, scores, groups), abs=1e-12)
+    assert auc(labels, scores) == pytest.approx(roc_auc_score(labels, scores), abs=1e-12)
+
+
+def test_gauc_is_impression_weighted():
+    # user 0: 4 impressions, AUC 1; user 1: 2 impressions, AUC 0; user 2: one class, skipped
+    labels = np.array([0, 0, 1, 1, 1, 0, 1, 1])
+    scores = np.array([0.1, 0.2, 0.8, 0.9, 0.1, 0.9, 0.5, 0.6])
+    groups = np.array([0, 0, 0, 0, 1, 1, 2, 2])
+    assert gauc(labels, scores, groups) == pytest.approx((4 * 1.0 + 2 * 0.0) / 6)
+
+
+def test_undefined_cases_are_nan():
+    assert math.isnan(auc(np.ones(5), np.arange(5.0)))
+    assert math.isnan(gauc(np.array([1, 0]), np.array([0.3, 0.4]), np.array([1, 2])))
+    assert math.isnan(gauc(np.array([]), np.array([]), np.array([])))
+    assert math.isnan(logloss(np.array([]), np.array([])))
+
+
+def test_logloss_equals_sklearn_and_clips():
+    labels, scores, _ = sample(3)
+    assert logloss(labels, scores) == pytest.approx(log_loss(labels, scores), abs=1e-12)
+    assert math.isfinite(logloss(np.array([1.0, 0.0]), np.array([0.0, 1.0])))  # clipped, not infinite
+
+
+def test_the_numpy_gauc_is_the_twin_of_the_torch_one():
+    labels, scores, groups = sample(4, ties=True)
+    torch_gauc = group_auroc(torch.from_numpy(scores), torch.from_numpy(labels), torch.from_numpy(groups))
+    assert gauc(labels, scores, groups) == pytest.approx(float(torch_gauc), abs=1e-12)

@@ -1,0 +1,48 @@
+"""The report's numbers (reproductions/sweeping/collect.py, tables.py): mean and sample std,
+number formats, which results count, the table's shape, RelaImpr."""
+
+from __future__ import annotations
+
+import pytest
+
+from reproductions.results import RESULTS_FILE
+from reproductions.sweeping.collect import collect, mean_std
+from reproductions.sweeping.plan import make_plan
+from reproductions.sweeping.tables import fmt_si, rela_impr, relaimpr, table
+from tests.report_helpers import position_sweep, put
+
+
+def test_mean_and_sample_std_known_answer():
+    s = mean_std([0.90, 0.92, 0.94])
+    assert s.n == 3 and s.mean == pytest.approx(0.92) and s.std == pytest.approx(0.02)  # ddof = 1
+    one = mean_std([0.5])
+    assert one.mean == 0.5 and one.std is None and one.n == 1
+    assert mean_std([]).mean is None and mean_std([1.0, float("nan"), 3.0]).mean == 2.0
+    assert fmt_si(136138) == "136k" and fmt_si(7.3e11, "FLOP") == "730 GFLOP" and fmt_si(86.57e6) == "86.6M"
+
+
+
+def test_collect_reads_only_finished_results(tmp_path):
+    sweep = position_sweep(tmp_path)
+    root = tmp_path / "runs"
+    put(root, "pos-smoke", "none", 0, acc=0.5)
+    d = root / "pos-smoke" / "none" / "seed1"
+    d.mkdir(parents=True)
+    (d / RESULTS_FILE).write_text('{"status": "running"}')  # not finished: not a result
+    (root / "pos-smoke" / "none" / "seed2").mkdir()
+    (root / "pos-smoke" / "none" / "seed2" / RESULTS_FILE).write_text('{"status": "finis')  # torn: not a result
+    plan = make_plan(sweep, "smoke", root=root)
+    none = collect(plan)[0]
+    assert [r["seed"] for r in none.results] == [0]
+    assert [s for s, _ in none.missing] == [1, 2]
+    header, rows = table(plan, collect(plan))
+    assert rows[0][1:3] == ["50.00", "1"] and len(rows) == 4 and len(header) == len(rows[0])
+
+
+
+def test_relaimpr_is_the_papers_formula():
+    """((AUC - 0.5) / (AUC_base - 0.5) - 1) x 100 (DIN, BST); undefined for a baseline at chance."""
+    assert rela_impr(0.7894, 0.7734) == pytest.approx(5.8522, abs=1e-4)  # 0.2894 / 0.2734 - 1
+    assert rela_impr(0.61, 0.72) == pytest.approx(-50.0) and rela_impr(0.7, 0.7) == 0.0
+    assert relaimpr(0.7894, 0.7734) == rela_impr(0.7894, 0.7734)
+    assert relaimpr(0.8, 0.5) is None and relaimpr(None, 0.7) is None and relaimpr(0.8, None) is None

@@ -1,0 +1,124 @@
+"""Running (reproductions/sweeping/launch.py): progress and estimate, the runs' environment and
+working directory, and SLURM job-array scripts."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reproductions.results import RESULTS_FILE, atomic_write_json
+from reproductions.sweep import main as sweep_main
+from reproductions.sweeping.launch import (
+    estimate_remaining,
+    format_duration,
+    progress_line,
+    run_env,
+    slurm_script,
+    subprocess_runner,
+)
+from reproductions.sweeping.plan import Run, make_plan
+from reproductions.sweeping.spec import Variant, load_sweep
+from tests.sweep_helpers import REPO, fake_result
+
+
+# --------------------------------------------------------------------------- progress
+
+
+def test_progress_line_format_and_estimate():
+    assert format_duration(83) == "0:01:23" and format_duration(3723) == "1:02:03"
+    assert progress_line(1, 10, "none-stem seed0", 0.0, []) == (
+        "[run 1/10] none-stem seed0 | elapsed 0:00:00 | remaining ? (no run finished yet)"
+    )
+    # 2 of 10 ended, mean 41.5 s: 8 left -> 332 s; with 2 jobs at once, 4 rounds -> 166 s
+    assert progress_line(3, 10, "learned_2d-stem seed1", 83.0, [40.0, 43.0]) == (
+        "[run 3/10] learned_2d-stem seed1 | elapsed 0:01:23 | remaining ~0:05:32 (mean 41.5 s/run over 2)"
+    )
+    assert estimate_remaining([40.0, 43.0], 8, jobs=2) == pytest.approx(166.0)
+    assert estimate_remaining([10.0], 0) == 0.0 and estimate_remaining([], 5) is None
+
+
+# --------------------------------------------------------------------------- slurm
+
+
+def test_slurm_script_is_a_job_array_of_the_pending_runs(tmp_path, capsys):
+    root = tmp_path / "runs"
+    plan = make_plan("vit/attention", "smoke", root=root, seeds=2, launcher="slurm", devices=4)
+    atomic_write_json(plan.runs[0].run_dir / RESULTS_FILE, fake_result(plan.runs[0]))
+    argv = ["vit/attention", "--profile", "smoke", "--seeds", "2", "--root", str(root), "--launcher", "slurm",
+            "--devices", "4", "--sbatch=--partition=gpu", "--sbatch=--time=04:00:00"]  # fmt: skip
+    assert sweep_main(argv) == 0
+    out = capsys.readouterr().out
+    script_path = root / "vit/attention-smoke/sweep.sbatch"
+    assert f"sbatch {script_path}" in out
+    script = script_path.read_text()
+    assert script.startswith("#!/bin/bash")
+    assert "#SBATCH --array=0-2" in script  # 4 runs, 1 finished: 3 array tasks
+    for line in ("#SBATCH --ntasks-per-node=4", "#SBATCH --gpus-per-node=4", "#SBATCH --partition=gpu",
+                 "#SBATCH --time=04:00:00", "#SBATCH --job-name=vit-attention-smoke"):  # fmt: skip
+        assert line in script
+    assert script.count("--trainer.devices 4 --trainer.strategy ddp") == 3
+    run_dirs = script.split("RUN_DIRS=(")[1].split(")")[0].split()
+    assert run_dirs == [str(r.run_dir) for r in plan.runs[1:]]  # dot seed0 finished: not in the array
+    assert f"\ncd {shlex.quote(str(REPO))}\n" in script and "PYTHONPATH" not in script  # runs start in the repo root
+    assert subprocess.run(["bash", "-n", str(script_path)]).returncode == 0
+    assert os.access(script_path, os.X_OK)
+    # dry run: the script on stdout, nothing written
+    script_path.unlink()
+    assert sweep_main([*argv, "--dry-run"]) == 0
+    assert "#SBATCH --array=0-2" in capsys.readouterr().out and not script_path.exists()
+
+
+def test_slurm_array_task_runs_its_command_into_the_run_directory(tmp_path):
+    """Execute the script as SLURM would for task 1 (srun faked: it runs its arguments)."""
+    root = tmp_path / "runs"
+    plan = make_plan("vit/attention", "smoke", root=root, launcher="slurm", python="/bin/echo")
+    script = tmp_path / "sweep.sbatch"
+    script.write_text(slurm_script(plan, plan.runs, devices=1))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text('#!/bin/bash\nexec "$@"\n')
+    (bin_dir / "srun").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_ARRAY_TASK_ID": "1"}
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    log = (plan.runs[1].run_dir / "stdout.log").read_text()
+    assert "-m reproductions fit" in log and "--run.variant additive" in log
+    assert not (plan.runs[0].run_dir / "stdout.log").exists()
+    # a finished run's task exits at once
+    atomic_write_json(plan.runs[1].run_dir / RESULTS_FILE, fake_result(plan.runs[1]))
+    (plan.runs[1].run_dir / "stdout.log").unlink()
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0 and "already finished" in proc.stdout
+    assert not (plan.runs[1].run_dir / "stdout.log").exists()
+
+
+def test_run_environment_threads_and_import_path(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert "OMP_NUM_THREADS" not in run_env(1)  # one run alone: torch's default
+    assert run_env(2)["OMP_NUM_THREADS"] == str(max(1, (os.cpu_count() or 1) // 2))  # cores split over jobs
+    assert run_env(1, threads=1)["OMP_NUM_THREADS"] == "1"  # the profile's choice
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    assert run_env(1)["PYTHONPATH"] == "/elsewhere"  # left alone: the runs start in the repository root
+    monkeypatch.delenv("PYTHONPATH")
+    assert "PYTHONPATH" not in run_env(1)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert run_env(2, threads=1)["OMP_NUM_THREADS"] == "3"  # the user's setting wins
+    assert load_sweep("vit/attention").profile("cpu").threads == 1
+
+
+def test_runs_start_in_the_repository_root_from_any_directory(tmp_path, monkeypatch):
+    """A run is a subprocess in the repository root: it imports this checkout by its working
+    directory alone (``-S``: no site-packages, so no installed copy), wherever the sweep runs."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    probe = "import os, reproductions; print(os.getcwd()); print(reproductions.__file__)"
+    run = Run(Variant("probe", {}), 0, tmp_path / "runs" / "probe" / "seed0", [], [sys.executable, "-S", "-c", probe])
+    assert subprocess_runner(run, run_env(1)) == 0
+    cwd, module = run.log_path.read_text().splitlines()[1:3]  # after the "$ command" line
+    assert Path(cwd).resolve() == REPO
+    assert Path(module).resolve() == REPO / "reproductions" / "__init__.py"

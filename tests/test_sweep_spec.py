@@ -1,0 +1,196 @@
+"""Sweep files (reproductions/sweeping/spec.py): every sweep file of the repository expands at
+every profile, the papers' grids and numbers, the expansion rules, and bad files named with the key."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from reproductions.sweep import main as sweep_main
+from reproductions.sweeping.plan import cli_value, make_plan
+from reproductions.sweeping.spec import SweepError, load_sweep
+from tests.sweep_helpers import REPO, SWEEPS, config_value, sets, write_sweep
+
+
+# --------------------------------------------------------------------------- the sweep files
+
+
+@pytest.mark.parametrize("sweep", SWEEPS)
+def test_every_sweep_file_expands_and_dry_runs_every_profile(sweep, tmp_path, capsys):
+    s = load_sweep(sweep)
+    assert {"smoke", "cpu", "gpu"} <= set(s.profiles)
+    for profile in s.profiles:
+        plan = make_plan(sweep, profile, root=tmp_path)
+        variants = s.profiles[profile].variants or s.variants
+        assert len(plan.runs) == len(variants) * len(plan.seeds)
+        assert plan.experiment == f"{sweep}-{profile}"  # the profile is part of the experiment: never mixed
+        names = [r.variant.name for r in plan.runs]
+        assert len(set(zip(names, (r.seed for r in plan.runs)))) == len(plan.runs)
+        for run in plan.runs:
+            assert run.run_dir == tmp_path / plan.experiment / run.variant.name / f"seed{run.seed}"
+            assert run.args[:2] == ["fit", "--config"] and Path(run.args[2]).is_file()
+            args = run.args
+            assert args[args.index("--run.variant") + 1] == run.variant.name
+            assert args[args.index("--seed_everything") + 1] == str(run.seed)
+            assert args[args.index("--run.group") + 1] == plan.experiment
+            assert s.axis in json.loads(args[args.index("--run.tags") + 1])
+            for key, value in run.variant.overrides.items():  # the variant's overrides, after the profile's
+                i = len(args) - 1 - args[::-1].index(f"--{key}")
+                assert args[i + 1] == cli_value(value)
+        assert sweep_main([sweep, "--profile", profile, "--dry-run", "--root", str(tmp_path)]) == 0
+        out = capsys.readouterr().out
+        assert out.count("-m reproductions fit --config") == len(plan.runs)
+        assert f"{len(plan.runs)} to run" in out
+    assert not list(tmp_path.iterdir())  # a dry run writes nothing
+
+
+def test_position_sweep_is_table8_plus_our_extras_with_the_papers_numbers():
+    s = load_sweep("vit/position")
+    pairs = {(v.axes["pos_embed"], v.axes["pos_placement"]): v for v in s.variants}
+    placements = ("stem", "every_layer", "every_layer_shared")
+    table8 = {("none", "stem"), ("relative", "stem")} | {(k, p) for k in ("learned_1d", "learned_2d") for p in placements}
+    extras = {("sincos_2d", p) for p in placements} | {("relative_2d", "stem")}
+    assert set(pairs) == table8 | extras
+    paper = {k: pairs[k].paper["table8"].value for k in table8}
+    assert paper == {  # the paper's Table 8
+        ("none", "stem"): 0.61382, ("learned_1d", "stem"): 0.64206, ("learned_1d", "every_layer"): 0.63964,
+        ("learned_1d", "every_layer_shared"): 0.64292, ("learned_2d", "stem"): 0.64001,
+        ("learned_2d", "every_layer"): 0.64046, ("learned_2d", "every_layer_shared"): 0.64022,
+        ("relative", "stem"): 0.64032,
+    }  # fmt: skip
+    assert all("table8" not in pairs[k].paper for k in extras)
+    small = {k: v.paper["small_cifar10"].value for k, v in pairs.items() if "small_cifar10" in v.paper}
+    assert small == {("none", "stem"): 79.63, ("learned_1d", "stem"): 86.52, ("sincos_2d", "stem"): 86.09,
+                     ("relative", "stem"): 90.57}  # fmt: skip
+    v = pairs[("learned_2d", "every_layer")]
+    assert v.name == "learned_2d-every_layer"
+    assert v.overrides == {"model.net.init_args.pos_embed": "learned_2d", "model.net.init_args.pos_placement": "every_layer"}
+    assert {r.key: r.scale for r in s.references} == {"table8": "fraction", "small_cifar10": "percent"}
+    assert "not directly comparable" in next(r.note for r in s.references if r.key == "table8").lower()
+
+
+def test_patch_and_pooling_grids_fit_their_images():
+    patch = load_sweep("vit/patch_size")
+    assert [v.axes["patch_size"] for v in patch.variants] == [4, 2, 1]  # 8 px digits (cpu, smoke)
+    assert [v.axes["patch_size"] for v in patch.profile("gpu").variants] == [8, 4, 2]  # 32 px CIFAR
+    assert "cifar10" in patch.profile("gpu").base
+    pooling = load_sweep("vit/pooling")
+    assert {v.axes["pool"] for v in pooling.variants} == {"cls", "gap"}
+    assert len(pooling.variants) == 2 * len({v.axes["lr"] for v in pooling.variants}) >= 6
+    assert all(v.overrides["model.init_args.lr"] == v.axes["lr"] for v in pooling.variants)
+    assert [v.name for v in load_sweep("vit/attention").variants] == ["dot", "additive"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("profile", ["cpu", "gpu"])
+def test_every_profile_builds_through_the_cli(profile, tmp_path):
+    """Every run of the cpu and gpu profiles parses and instantiates (model, data, trainer) through
+    ReproductionCLI without training: keys, types and the model's own checks (patch divides image,
+    valid kind/placement) hold. CIFAR is not downloaded: nothing reads data before fit."""
+    from reproductions.cli import ReproductionCLI
+
+    class BuildOnly(ReproductionCLI):
+        def _run_subcommand(self, subcommand):
+            pass
+
+    def plan_overrides(sweep, profile):
+        s = load_sweep(sweep)
+        return {**s.overrides, **s.profile(profile).overrides}
+
+    for sweep in SWEEPS:
+        for run in make_plan(sweep, profile, root=tmp_path, seeds=1).runs:  # seeds differ only in one number
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                cli = BuildOnly(args=run.args)
+            cfg = cli.config["fit"].as_dict()
+            for key, value in {**plan_overrides(sweep, profile), **run.variant.overrides}.items():
+                assert sets(config_value(cfg, key), value), (sweep, run.label, key)
+            assert cli.datamodule is not None
+            if sweep.startswith("vit/"):
+                assert cli.model.net.num_classes == 10
+
+
+# --------------------------------------------------------------------------- expansion rules
+
+
+def test_product_axes_aliases_seeds_and_profile_replacements(tmp_path):
+    path = write_sweep(
+        tmp_path / "grid.yaml",
+        aliases={"pool": "model.net.init_args.pool", "lr": "model.init_args.lr"},
+        product={"pool": ["cls", "gap"], "lr": [3.0e-4, 1.0e-3, 3.0e-3]},
+        seeds=2,
+        overrides={"trainer.max_epochs": 3},
+        profiles={
+            "smoke": {"overrides": {"trainer.max_epochs": 1, "lr": 0.5}},
+            "cpu": {"seeds": [5, 7], "product": {"pool": ["gap"], "lr": [1.0e-2]}},
+        },
+    )
+    plan = make_plan(path, "smoke", root=tmp_path / "runs")
+    assert [v.name for v in plan.variants] == [
+        "pool=cls,lr=0.0003", "pool=cls,lr=0.001", "pool=cls,lr=0.003",
+        "pool=gap,lr=0.0003", "pool=gap,lr=0.001", "pool=gap,lr=0.003",
+    ]  # fmt: skip
+    assert plan.seeds == [0, 1] and len(plan.runs) == 12
+    assert plan.experiment == "grid-smoke"
+    v = plan.variants[4]
+    assert v.overrides == {"model.net.init_args.pool": "gap", "model.init_args.lr": 0.001}
+    assert v.axes == {"pool": "gap", "lr": 0.001}
+    args = plan.runs[8].args  # variant 4, seed 0
+    # one value per key; later ones win: sweep (max_epochs 3) < profile (1, lr 0.5) < variant (lr 0.001)
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--model.init_args.lr"] == ["0.001"]
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--trainer.max_epochs"] == ["1"]
+    cpu = make_plan(path, "cpu", root=tmp_path)
+    assert [r.label for r in cpu.runs] == ["pool=gap,lr=0.01 seed5", "pool=gap,lr=0.01 seed7"]
+    assert make_plan(path, "cpu", seeds=3).seeds == [0, 1, 2]  # --seeds N: seeds 0..N-1
+
+
+def test_variants_crossed_with_a_product_carry_both_axes_and_their_own_base(tmp_path):
+    """``variants`` + ``product``: every variant at every product point (the data-size study: each
+    model at each training-set size), named ``<variant>,<axis>=<value>``, with the variant's base
+    config, its declared ``axes`` and the point's; a profile's ``product`` crosses the sweep's variants."""
+    resnet = REPO / "reproductions" / "vit" / "configs" / "resnet_fashion_mnist.yaml"
+    path = write_sweep(
+        tmp_path / "cross.yaml",
+        aliases={"n": "data.init_args.train_samples", "dim": "model.net.init_args.embed_dim"},
+        variants=[
+            {"name": "ViT-S", "axes": {"model": "ViT", "size": "S"}, "overrides": {"dim": 32}},
+            {"name": "ResNet-S", "axes": {"model": "ResNet", "size": "S"}, "base": str(resnet)},
+        ],
+        product={"n": [100, 300]},
+        profiles={"smoke": {"seeds": 1}, "gpu": {"product": {"n": [1000]}}},
+    )
+    plan = make_plan(path, "smoke", root=tmp_path / "runs")
+    assert [v.name for v in plan.variants] == ["ViT-S,n=100", "ViT-S,n=300", "ResNet-S,n=100", "ResNet-S,n=300"]
+    vit, res = plan.variants[1], plan.variants[2]
+    assert vit.axes == {"dim": 32, "model": "ViT", "size": "S", "n": 300}
+    assert vit.overrides == {"model.net.init_args.embed_dim": 32, "data.init_args.train_samples": 300}
+    assert vit.base is None and res.base == str(resnet)
+    assert res.overrides == {"data.init_args.train_samples": 100}
+    gpu = make_plan(path, "gpu", root=tmp_path / "runs")
+    assert [v.name for v in gpu.variants] == ["ViT-S,n=1000", "ResNet-S,n=1000"]
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ({"variants": [{"name": "a", "overrides": {"x": 2}}], "product": {"x": [1]}}, "sets ['x'], an axis of 'product'"),
+        ({}, "give 'variants' (a list), 'product' (axes) or both"),
+        ({"variants": [{"name": "a", "axes": [1]}]}, "expected a mapping"),
+        ({"variants": [{"name": "a/b"}]}, "no '/'"),
+        ({"variants": [{"name": "a"}, {"name": "a"}]}, "repeat"),
+        ({"variants": [{"name": "a", "overide": {}}]}, "unknown keys ['overide']"),
+        ({"variants": [{"name": "a", "paper": {"t9": 1.0}}]}, "unknown references ['t9']"),
+        ({"variants": [{"name": "a"}], "seeds": 0}, "at least 1"),
+        ({"variants": [{"name": "a"}], "grid": {}}, "unknown keys ['grid']"),
+        ({"variants": [{"name": "a"}], "base": "no/such.yaml"}, "base config 'no/such.yaml' not found"),
+    ],
+)
+def test_bad_sweep_files_fail_with_the_key_and_the_file(tmp_path, spec, message):
+    path = write_sweep(tmp_path / "bad.yaml", **spec)
+    with pytest.raises(SweepError, match=re.escape(message)) as err:
+        make_plan(path, "smoke")
+    assert "bad.yaml" in str(err.value)
