@@ -67,7 +67,7 @@ from lightning_modules.checkpoint_io import AtomicCheckpointIO, CheckpointError,
 from lightning_modules.checkpoint_io import load_checkpoint as load_user_checkpoint
 from lightning_modules.csv_logger import ResumableCSVLogger
 from reproductions.errors import RunFailed, RunInterrupted, UsageError, config_message, exception_chain, one_line
-from reproductions.errors import parser_message
+from reproductions.errors import parser_error
 from reproductions.results import RESULTS_FILE, environment, write_results
 from reproductions.rundir import RunDirLock, check_root, finished_results, stale_checkpoints
 from reproductions.tracking import log_checkpoints, log_results, log_status, wandb_offline
@@ -294,7 +294,7 @@ class ReproductionCLI(LightningCLI):
         try:
             super().parse_arguments(parser, args)
         except argparse.ArgumentError as e:
-            raise UsageError(parser_message(str(e), self._option_names())) from e
+            raise UsageError(parser_error(e, self._option_names())) from e
 
     def _parse_ckpt_path(self) -> None:
         """Check ``--ckpt_path`` (exists, is a checkpoint, loads weights-only) before anything is
@@ -322,7 +322,7 @@ class ReproductionCLI(LightningCLI):
             self.config = self.parser.parse_object({subcommand: {"model": hparams}}, self.config)
         except (argparse.ArgumentError, SystemExit) as e:
             raise UsageError(f"--ckpt_path {ckpt_path}: its model hyper-parameters do not fit this config "
-                             f"({parser_message(str(e))}); give a checkpoint of this experiment") from e
+                             f"({parser_error(e)}); give a checkpoint of this experiment") from e
 
     # ------------------------------------------------------------------ run directory
     def before_instantiate_classes(self) -> None:

@@ -203,6 +203,30 @@ def parser_message(message: str, options: Iterable[str] = ()) -> str:
     return message.splitlines()[0] if message else "invalid arguments"
 
 
+def parser_error(exc: BaseException, options: Iterable[str] = ()) -> str:
+    """A jsonargparse parse error as one line: for a value nested in classes (``--model.init_args.
+    net.init_args.pool max2``) the full key, the value and what is allowed, from the innermost
+    error of the chain; otherwise ``parser_message`` of the outermost text."""
+    chain = exception_chain(exc)
+    keys: list[str] = []
+    for e in chain:
+        m = _PARSER_KEY.match(str(e))
+        if m and (not keys or keys[-1] != m.group("key")):
+            keys.append(m.group("key"))
+    inner = str(chain[-1]).strip()
+    expected = _EXPECTED.match(inner)
+    if keys and expected:
+        path = ".init_args.".join(keys)  # a key inside a class (class_path/init_args) is one level down
+        value = expected.group("value").strip()
+        kind = expected.group("type").strip()
+        literal = re.match(r"typing\.Literal\[(.*)\]$", kind)
+        if literal:
+            return f"--{path}={value} is not allowed; use one of {literal.group(1)}"
+        if len(keys) > 1:
+            return f"--{path}={value} is not valid; expected {_expected(kind)}"
+    return parser_message(str(exc), options)
+
+
 def describe(exc: BaseException) -> tuple[str, int]:
     """``(one-line message, exit status)`` for an exception that ends a command."""
     if isinstance(exc, ReproError):  # ours: whole (a resume command must not be cut)
@@ -210,7 +234,7 @@ def describe(exc: BaseException) -> tuple[str, int]:
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted (Ctrl-C); rerun the same command to start again", 130
     if isinstance(exc, argparse.ArgumentError):  # jsonargparse's parse errors
-        return one_line(parser_message(str(exc))), 2
+        return one_line(parser_error(exc)), 2
     text = str(exc).strip() or type(exc).__name__
     first = text.splitlines()[0]
     return one_line(f"{type(exc).__name__}: {first}; rerun with --debug for the traceback"), 1
@@ -224,7 +248,7 @@ def config_message(exc: BaseException) -> str:
         return one_line(own)
     for e in exception_chain(exc):
         if isinstance(e, argparse.ArgumentError) or "Parser key" in str(e) or "Union subtypes" in str(e):
-            return one_line(parser_message(str(e)))
+            return one_line(parser_error(e))
     text = str(exc).strip() or type(exc).__name__
     return one_line(f"{type(exc).__name__}: {text.splitlines()[0]}")
 

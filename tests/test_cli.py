@@ -221,8 +221,8 @@ def test_failed_run_leaves_a_failed_results_json(tmp_path):
     [
         (["--model.net.init_args.patch_size", "3"], "patch_size=3 does not divide img_size=8"),
         (["--model.net.init_args.num_heads", "3"], "num_heads=3 does not divide embed_dim=32"),
-        (["--model.net.init_args.pool", "max"], "Expected a typing.Literal['cls', 'gap']. Got value: max"),
-        (["--model.net.init_args.pos_embed", "fourier"], "Got value: fourier"),
+        (["--model.net.init_args.pool", "max"], "--model.init_args.net.init_args.pool=max is not allowed; use one of 'cls', 'gap'"),
+        (["--model.net.init_args.pos_embed", "fourier"], "pos_embed=fourier is not allowed; use one of 'none', "),
         (["--model.net.init_args.num_classes", "7"], "10 classes but the net was built with num_classes=7"),
         (["--data.source", "imagenet-on-mars"], "imagenet-on-mars"),
     ],
