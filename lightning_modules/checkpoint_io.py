@@ -52,7 +52,7 @@ def safe_globals() -> Iterator[None]:
 
 def _unsafe_global(error: BaseException) -> Optional[str]:
     """The global a refused pickle asked for (``posix.system``), if the error names one."""
-    match = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(error))
+    match = re.search(r"[Uu]nsupported(?: global:)? GLOBAL ([\w.]+)", str(error))
     if match:
         return match.group(1)
     match = re.search(r"(?:Trying to call reduce for|Unsupported class) ([\w.]+)", str(error))

@@ -311,8 +311,11 @@ class ReproductionCLI(LightningCLI):
         except CheckpointError as e:
             raise UsageError(str(e)) from e
         self.resume_step = checkpoint_step(checkpoint)
+        self._take_model_hparams(subcommand, ckpt_path, checkpoint)
+
+    def _take_model_hparams(self, subcommand: str, ckpt_path, checkpoint: dict) -> None:
+        """The model's hyper-parameters from the checkpoint over the config's (Lightning's rule)."""
         hparams = dict(checkpoint.get("hyper_parameters") or {})
-        del checkpoint
         hparams.pop("_instantiator", None)
         if not hparams:
             return
@@ -336,23 +339,38 @@ class ReproductionCLI(LightningCLI):
         if run.nonfinite_patience < 0:
             raise UsageError(f"--run.nonfinite_patience={run.nonfinite_patience} must be >= 0 (steps with a NaN/inf "
                              "loss tolerated in a row; 0 stops at the first)")
+        if self._resolve_ckpt_keyword(cfg):
+            cfg = self.config[self.subcommand]  # the checkpoint's model hyper-parameters were merged in
         if self.subcommand == "fit":
             self._find_resume(cfg)
 
+    def _resolve_ckpt_keyword(self, cfg) -> bool:
+        """``--ckpt_path last`` / ``best``: this run directory's ``checkpoints/last.ckpt`` / its one
+        ``best-*.ckpt``, checked like a path; a missing one is an error, never "no checkpoint"
+        (Lightning would test or validate random weights with a warning)."""
+        keyword = cfg.get("ckpt_path")
+        if keyword not in ("last", "best"):
+            return False
+        folder = self.run_dir / "checkpoints"
+        found = [folder / "last.ckpt"] if keyword == "last" else sorted(folder.glob("best-*.ckpt"))
+        found = [p for p in found if p.is_file()]
+        if len(found) != 1:
+            what = "no" if not found else f"{len(found)}"
+            raise UsageError(f"--ckpt_path {keyword}: {what} {keyword} checkpoint in {folder}; give a checkpoint "
+                             "file, or the --config/--run.* options of the run that wrote it")
+        try:
+            checkpoint = load_user_checkpoint(found[0], what=f"--ckpt_path {keyword}", mmap=True)
+        except CheckpointError as e:
+            raise UsageError(str(e)) from e
+        cfg.ckpt_path = str(found[0])
+        self.resume_step = checkpoint_step(checkpoint)
+        self._take_model_hparams(self.subcommand, found[0], checkpoint)
+        return True
+
     def _find_resume(self, cfg) -> None:
         """Which checkpoint of this run directory ``fit`` resumes, if any (``--ckpt_path`` inside the
-        run directory, ``last``, or under SLURM Lightning's ``hpc_ckpt_*.ckpt``)."""
+        run directory, or under SLURM Lightning's ``hpc_ckpt_*.ckpt``)."""
         ckpt_path = cfg.get("ckpt_path")
-        if ckpt_path == "last":
-            last = self.run_dir / "checkpoints" / "last.ckpt"
-            if not last.is_file():
-                raise UsageError(f"--ckpt_path last: there is no {last} to resume from; give a checkpoint file")
-            try:
-                self.resume_step = checkpoint_step(load_user_checkpoint(last, what="--ckpt_path", mmap=True))
-            except CheckpointError as e:
-                raise UsageError(str(e)) from e
-            cfg.ckpt_path = str(last)
-            ckpt_path = str(last)
         if ckpt_path is None and slurm_requeue():
             hpc = sorted(self.run_dir.glob("hpc_ckpt_*.ckpt"), key=lambda p: int(re.sub(r"\D", "", p.stem) or 0))
             if hpc:

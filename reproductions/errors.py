@@ -196,6 +196,8 @@ def parser_message(message: str, options: Iterable[str] = ()) -> str:
             if close:
                 hint = f"did you mean {close[0]}? "
         return f"unrecognized arguments: {args}; {hint}see --help for the options"
+    if message.startswith("the following arguments are required"):
+        return f"{message}; give an experiment with --config (e.g. reproductions/vit/configs/digits.yaml)"
     required = re.search(r'Key "(?P<key>[^"]+)" is required', message)
     if required:
         return (f"--{required.group('key')} is required; give it, or an experiment config with --config "

@@ -193,6 +193,7 @@ def copy_run(finished: Path, tmp_path: Path) -> tuple[Path, Path]:
         ("not a choice", [DIGITS, "--run.test_ckpt", "middle"], ["middle", "'final', 'best'"]),
         ("missing --config file", ["no/such/experiment.yaml"], ["no/such/experiment.yaml", "no such file"]),
         ("missing --ckpt_path file", [DIGITS, "--ckpt_path", "no/such/last.ckpt"], ["no/such/last.ckpt", "no such file"]),
+        ("--ckpt_path last, no checkpoint", [DIGITS, "--ckpt_path", "last"], ["--ckpt_path last: no last checkpoint"]),
     ],
 )
 def test_usage_errors_end_in_one_line_before_any_data_is_loaded(case, args, needles, tmp_path):
@@ -262,6 +263,21 @@ def test_nan_loss_stops_the_run_as_failed(tmp_path):
     assert f"at step {res['step']} " in result.last
     assert res["training"]["steps"] < 9  # stopped at once, not after 3 epochs
     assert not (tmp_path / RUN / "run.lock").exists()
+
+
+def test_nonfinite_patience_counts_steps_in_a_row():
+    from types import SimpleNamespace
+
+    from lightning_modules.callbacks import NonFiniteLossError, StopOnNonFiniteLoss
+
+    guard = StopOnNonFiniteLoss(patience=2)
+    trainer = SimpleNamespace(world_size=1, global_step=0, current_epoch=0)
+    for step, loss in enumerate([1.0, float("nan"), float("inf"), 0.5, float("nan"), float("nan")], 1):
+        trainer.global_step = step
+        guard.on_train_batch_end(trainer, None, {"loss": torch.tensor(loss)}, None, step)  # tolerated
+    trainer.global_step = 7
+    with pytest.raises(NonFiniteLossError, match=r"the training loss is nan at step 7 \(epoch 0, 3 steps in a row\)"):
+        guard.on_train_batch_end(trainer, None, torch.tensor(float("nan")), None, 7)
 
 
 # --------------------------------------------------------------------------- 3. integer batch limits
@@ -403,12 +419,17 @@ def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
     pid = int(dead.stdout)
     (run / "run.lock").write_text(json.dumps({"pid": pid, "host": platform.node(), "started": "2026-01-01T00:00:00",
                                               "command": "python -m reproductions fit ...", "proc_start": 1}))
+    # the killed attempt also left its best checkpoint: a fresh attempt must not keep it beside its own
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "best-epoch007.ckpt").write_bytes(b"old attempt")
     result = repro("fit", "--config", DIGITS, "--run.root", str(tmp_path), *TINY, "--trainer.max_epochs", "1",
                    case="stale lock of a dead process")
     assert result.returncode == 0, result.output[-3000:]
     took = [line for line in result.lines if "took over the stale lock" in line]
     assert len(took) == 1 and f"pid {pid} on {platform.node()}" in took[0]
+    assert any("removed 1 checkpoint file(s) of an earlier attempt (best-epoch007.ckpt)" in line for line in result.lines)
     assert json.loads((run / "results.json").read_text())["status"] == "finished"
+    assert [p.name for p in (run / "checkpoints").glob("best-*.ckpt")] == ["best-epoch000.ckpt"]
     assert not (run / "run.lock").exists()
 
 
