@@ -1,9 +1,13 @@
-"""Callbacks every run uses: training clock/throughput and per-epoch reseeding for exact resume."""
+"""Callbacks every run uses: training clock/throughput, per-epoch reseeding for exact resume, a stop
+at the first non-finite loss, and a checkpoint when a signal stops training."""
 
 from __future__ import annotations
 
+import math
 import random
 import time
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,6 +34,11 @@ class TrainingClock(Callback):
     every validation during fit it logs ``time/fit_elapsed_s``, the wall time since fit started
     (validation included), beside the validation metrics: accuracy against wall time, the
     time-to-accuracy curve.
+
+    A run resumed from a checkpoint continues the totals: the clock's state (fit time, timed
+    training time and samples so far, the current epoch's part included) is saved in every
+    checkpoint (``state_dict``) and restored on resume, so ``fit_time_s`` and the throughput
+    cover every segment of the run. The first batch of every segment is not timed.
     """
 
     def __init__(self) -> None:
@@ -37,21 +46,36 @@ class TrainingClock(Callback):
         self.train_time_s = 0.0
         self.samples = 0
         self.steps_timed = 0
+        self.segments = 0
+        self._prior_fit_time = 0.0  # fit time of the segments before this one (from the checkpoint)
         self._fit_start: float | None = None
         self._last: float | None = None
+        self._segment_started = False
         self._epoch_time = 0.0
         self._epoch_samples = 0
 
+    @property
+    def started(self) -> bool:
+        """Whether fit has started (``on_fit_start`` ran: the data is loaded, training begins)."""
+        return self._fit_start is not None
+
+    def elapsed(self) -> float:
+        """Fit time so far, over every segment of the run."""
+        now = 0.0 if self._fit_start is None else time.perf_counter() - self._fit_start
+        return self._prior_fit_time + now
+
     def on_fit_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._fit_start = time.perf_counter()
+        self._segment_started = False
+        self.segments += 1
 
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self._fit_start is not None:
-            self.fit_time_s = time.perf_counter() - self._fit_start
+            self.fit_time_s = self.elapsed()
 
     def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if trainer.state.fn == "fit" and not trainer.sanity_checking and self._fit_start is not None:
-            pl_module.log("time/fit_elapsed_s", time.perf_counter() - self._fit_start, on_epoch=True)
+            pl_module.log("time/fit_elapsed_s", self.elapsed(), on_epoch=True)
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._last = time.perf_counter()
@@ -60,11 +84,12 @@ class TrainingClock(Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         now = time.perf_counter()
-        first_ever = trainer.global_step <= 1 and batch_idx == 0
-        if self._last is not None and not first_ever:
+        if self._last is not None and self._segment_started:
             n = _batch_size(batch) * trainer.world_size
             self._epoch_time += now - self._last
             self._epoch_samples += n
+            self.steps_timed += 1
+        self._segment_started = True  # the first batch of a segment pays one-time costs: not timed
         self._last = now
 
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
@@ -72,6 +97,24 @@ class TrainingClock(Callback):
         self.samples += self._epoch_samples
         if self._epoch_time > 0:
             pl_module.log("train/samples_per_sec", self._epoch_samples / self._epoch_time, on_epoch=True)
+        self._epoch_time = 0.0  # counted: a checkpoint saved now must not count it again
+        self._epoch_samples = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "fit_time_s": self.elapsed(),
+            "train_time_s": self.train_time_s + self._epoch_time,
+            "samples": self.samples + self._epoch_samples,
+            "steps_timed": self.steps_timed,
+            "segments": self.segments,
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._prior_fit_time = float(state_dict.get("fit_time_s", 0.0))
+        self.train_time_s = float(state_dict.get("train_time_s", 0.0))
+        self.samples = int(state_dict.get("samples", 0))
+        self.steps_timed = int(state_dict.get("steps_timed", 0))
+        self.segments = int(state_dict.get("segments", 0))
 
     @property
     def samples_per_sec(self) -> float | None:
@@ -79,9 +122,10 @@ class TrainingClock(Callback):
 
     def summary(self) -> dict:
         return {
-            "fit_time_s": round(self.fit_time_s, 3),
+            "fit_time_s": round(self.fit_time_s or self.elapsed(), 3),  # so far, if fit has not ended
             "timed_train_time_s": round(self.train_time_s, 3),
             "samples_per_sec": None if self.samples_per_sec is None else round(self.samples_per_sec, 2),
+            "segments": self.segments,
         }
 
 
@@ -113,3 +157,79 @@ class EpochReseed(Callback):
         random.seed(s)
         np.random.seed(s)
         torch.manual_seed(s)
+
+
+class NonFiniteLossError(FloatingPointError):
+    """Training produced a NaN or infinite loss; ``step`` and ``epoch`` say where."""
+
+    def __init__(self, message: str, *, step: int, epoch: int, value: float) -> None:
+        super().__init__(message)
+        self.step, self.epoch, self.value = step, epoch, value
+
+
+def _loss_of(outputs: Any) -> torch.Tensor | None:
+    if isinstance(outputs, dict):
+        outputs = outputs.get("loss")
+    return outputs if isinstance(outputs, torch.Tensor) else None
+
+
+class StopOnNonFiniteLoss(Callback):
+    """Stop training when the loss is NaN or infinite for more than ``patience`` steps in a row.
+
+    Raises ``NonFiniteLossError`` naming the step, so the run fails at once (results.json says
+    ``failed``) instead of training on NaN weights to the end and reporting a number. Checked
+    after every training step on the loss ``training_step`` returned; with several processes
+    the decision is all-reduced (a NaN on any rank stops all of them at the same step).
+    """
+
+    def __init__(self, patience: int = 0) -> None:
+        if patience < 0:
+            raise ValueError(f"patience={patience} must be >= 0 (steps with a non-finite loss tolerated in a row)")
+        self.patience = int(patience)
+        self.bad_steps = 0
+
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int) -> None:
+        loss = _loss_of(outputs)
+        bad = loss is not None and not bool(torch.isfinite(loss.detach()).all())
+        if trainer.world_size > 1:
+            bad = trainer.strategy.reduce_boolean_decision(bad, all=False)
+        if not bad:
+            self.bad_steps = 0
+            return
+        self.bad_steps += 1
+        if self.bad_steps <= self.patience:
+            return
+        value = float(loss.detach().float().mean()) if loss is not None else math.nan
+        raise NonFiniteLossError(
+            f"the training loss is {value} at step {trainer.global_step} (epoch {trainer.current_epoch}"
+            + (f", {self.bad_steps} steps in a row" if self.bad_steps > 1 else "")
+            + "); the run stopped: lower the learning rate (--model.init_args.lr) or clip gradients "
+            "(--trainer.gradient_clip_val)",
+            step=trainer.global_step, epoch=trainer.current_epoch, value=value,
+        )
+
+
+class CheckpointOnSignal(Callback):
+    """Save a resumable checkpoint when a signal stops training.
+
+    Lightning turns SIGTERM (and, through the CLI, SIGUSR1) into ``SIGTERMException`` at the end
+    of the current training batch; this callback then saves ``path`` (atomically, through the
+    trainer's checkpoint IO), so ``--ckpt_path path`` resumes from that step. A signal during
+    validation or test saves nothing (the loop state there is not a clean resume point): the
+    last epoch-end checkpoint is the one to resume from. ``saved`` is the path written, if any;
+    ``step`` and ``epoch`` where.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        self.saved: str | None = None
+        self.step: int | None = None
+        self.epoch: int | None = None
+
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
+        if type(exception).__name__ != "SIGTERMException":
+            return
+        if not trainer.training or trainer.sanity_checking or trainer.state.fn != "fit":
+            return
+        trainer.save_checkpoint(self.path)
+        self.saved, self.step, self.epoch = self.path, trainer.global_step, trainer.current_epoch

@@ -7,37 +7,56 @@ Commands:
     analyze                        attention analyses of a checkpoint or timm ViT (reproductions/analyze.py)
     bench                          benchmarks with ratios against peers run in the same process (reproductions/bench.py):
                                    trainer, vit, hybrid, data, bst, gpu
+
+Every command fails the same way (reproductions/errors.py): one last line ``error: ...`` naming
+what is wrong and what to do, exit status 2 for a usage error and 1 for a failure while running,
+no traceback unless ``--debug`` is on the command line (anywhere) or ``REPRO_DEBUG=1``.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
+
+from reproductions.errors import argparse_errors, pop_debug_flag, run_command
+
+TOOLS = ("bench", "sweep", "report", "analyze")
 
 
-def main(argv: list[str] | None = None) -> int | None:
-    from_command_line = argv is None
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] == "bench":
-        from reproductions.bench import main as bench_main
+def _tool(name: str):
+    if name == "bench":
+        from reproductions.bench import main
+    elif name == "sweep":
+        from reproductions.sweep import main
+    elif name == "report":
+        from reproductions.report import main
+    else:
+        from reproductions.analyze import main
+    return main
 
-        return bench_main(argv[1:])
-    if argv and argv[0] == "sweep":
-        from reproductions.sweep import main as sweep_main
 
-        return sweep_main(argv[1:])
-    if argv and argv[0] == "report":
-        from reproductions.report import main as report_main
-
-        return report_main(argv[1:])
-    if argv and argv[0] == "analyze":
-        from reproductions.analyze import main as analyze_main
-
-        return analyze_main(argv[1:])
+def dispatch(argv: Sequence[str], *, from_command_line: bool = False) -> int | None:
+    argv = list(argv)
+    if argv and argv[0] in TOOLS:
+        tool = _tool(argv[0])
+        with argparse_errors():  # their argparse errors end in the same one line
+            return tool(argv[1:])
     from reproductions.cli import main as cli_main
 
     # From the command line LightningCLI reads sys.argv itself (given both, it warns on every run).
-    cli_main(None if from_command_line else argv)
+    if from_command_line:
+        sys.argv[1:] = argv  # without --debug: the DDP launcher restarts this command from sys.argv
+        cli_main(None)
+    else:
+        cli_main(argv)
     return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    from_command_line = argv is None
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = pop_debug_flag(argv)
+    return run_command(lambda a: dispatch(a, from_command_line=from_command_line), argv, debug=debug)
 
 
 if __name__ == "__main__":

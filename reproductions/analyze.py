@@ -126,17 +126,52 @@ def run_dir_of(ckpt: Path) -> Path:
     return ckpt.parent.parent if ckpt.parent.name == "checkpoints" else ckpt.parent
 
 
-def load_checkpoint(path: str | os.PathLike, *, label: Optional[str] = None, device: str = "cpu") -> Target:
-    """A checkpoint of this repository: its net (rebuilt from the hyper-parameters) in eval mode."""
+#: what each analysis needs of the net: a patch grid and attention blocks (ViT or hybrid)
+NEEDS_VIT = ("distance", "rollout", "posemb")
+
+
+def _net_class(checkpoint: dict) -> str:
+    """The net's class path recorded in a checkpoint's hyper-parameters ('?' if none)."""
+    hparams = checkpoint.get("hyper_parameters") or {}
+    net = hparams.get("net") if isinstance(hparams, dict) else None
+    if isinstance(net, dict):
+        return str(net.get("class_path") or "?")
+    return type(net).__name__ if net is not None else str(hparams.get("_class_path") or "?")
+
+
+def load_checkpoint(path: str | os.PathLike, *, label: Optional[str] = None, device: str = "cpu",
+                    analysis: Optional[str] = None) -> Target:
+    """A checkpoint of this repository: its net (rebuilt from the hyper-parameters) in eval mode.
+
+    Read with ``weights_only=True`` (lightning_modules.checkpoint_io): a file that asks to import
+    anything beyond tensors and plain containers is refused and nothing in it runs. With
+    ``analysis`` one of ``NEEDS_VIT``, a checkpoint whose net is not a ViT or hybrid (a ResNet, a
+    CTR model) is refused before it is built, naming the net it holds.
+    """
+    from lightning_modules.checkpoint_io import CheckpointError, safe_globals
+    from lightning_modules.checkpoint_io import load_checkpoint as load_safely
     from lightning_modules.image_classifier import ImageClassifier
 
     path = Path(path)
-    if not path.is_file():
-        raise AnalyzeError(f"--ckpt {str(path)!r}: no such file (runs keep them in <run dir>/checkpoints/last.ckpt)")
-    raw = torch.load(path, map_location="cpu", weights_only=False)
+    try:
+        raw = load_safely(path, what="--ckpt", mmap=True)
+    except CheckpointError as e:
+        raise AnalyzeError(str(e)) from e
+    net_class = _net_class(raw)
     data = {k: v for k, v in (raw.get("datamodule_hyper_parameters") or {}).items() if not k.startswith("_")}
-    module = ImageClassifier.load_from_checkpoint(path, map_location="cpu")
+    del raw
+    short = net_class.rpartition(".")[2]
+    if analysis in NEEDS_VIT and short not in ("ViT", "HybridViT", "ConvStemViT") and "vit" not in short.lower():
+        raise AnalyzeError(
+            f"--ckpt {str(path)!r} holds a {short} ({net_class}); {analysis} needs a ViT or hybrid checkpoint "
+            "(a net with patch embeddings and attention blocks), e.g. one of vit/digits"
+        )
+    with safe_globals():
+        module = ImageClassifier.load_from_checkpoint(path, map_location="cpu", weights_only=True)
     net = module.net.to(device).eval()
+    if analysis in NEEDS_VIT and (not hasattr(net, "patch_embed") or not hasattr(net, "blocks")):
+        raise AnalyzeError(f"--ckpt {str(path)!r} holds a {type(net).__name__}; {analysis} needs a ViT or hybrid "
+                           "checkpoint (a net with patch embeddings and attention blocks)")
     run_dir = run_dir_of(path)
     if label is None:
         label = f"{net_kind(net)} {run_dir.parent.name}/{run_dir.name}" if run_dir.parent.name else net_kind(net)
@@ -472,7 +507,8 @@ def analyze(args: argparse.Namespace, out: TextIO) -> dict:
     if args.label and len(args.label) != count:
         raise AnalyzeError(f"{len(args.label)} --label for {count} models")
     labels = list(args.label) or [None] * count
-    targets = [load_checkpoint(c, label=labels[i], device=args.device) for i, c in enumerate(args.ckpt)]
+    targets = [load_checkpoint(c, label=labels[i], device=args.device, analysis=args.analysis)
+               for i, c in enumerate(args.ckpt)]
     targets += [
         load_timm(name, weights=args.weights, pretrained=args.pretrained, img_size=args.img_size,
                   label=labels[len(args.ckpt) + i], device=args.device)
@@ -508,7 +544,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     try:
         analyze(args, out)
     except AnalyzeError as e:
-        print(f"analyze: error: {e}", file=sys.stderr)
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     return 0
 

@@ -13,25 +13,65 @@ writes and how it reports:
 
 ``validate`` and ``test`` write their logs into ``<run dir>/<subcommand>/`` so they never
 overwrite the training logs.
+
+Reliability (what a run guarantees; reproductions/errors.py and reproductions/rundir.py):
+
+- A bad config or flag fails before any data is loaded, with one ``error:`` line naming the
+  value (exit status 2); so does a ``--ckpt_path`` that is missing or not a checkpoint, checked
+  before anything in the run directory is touched; and a global batch that does not divide over
+  the DDP processes, checked before any process is started.
+- A run directory is locked (``run.lock``) while a run uses it; ``fit`` into a finished run
+  refuses unless ``--run.overwrite true`` (resuming its own checkpoint is allowed); a fresh
+  attempt removes the checkpoints of an earlier unfinished one.
+- A NaN/inf training loss stops the run at once (``--run.nonfinite_patience`` steps tolerated).
+- A failed or interrupted fit writes results.json with ``status`` ``failed`` / ``interrupted``,
+  the error and the step (never ``finished``).
+- SIGTERM / SIGUSR1 save ``checkpoints/last.ckpt`` at the current step and exit with the command
+  that resumes; under SLURM the job requeues itself (SIGUSR1) and resumes from Lightning's
+  ``hpc_ckpt_*.ckpt``. Checkpoints are written atomically (``AtomicCheckpointIO``) and read
+  with ``weights_only=True``.
+- Resuming keeps ``metrics.csv``'s earlier rows and the clock's totals (fit time, samples/s).
+- Integer ``limit_*_batches`` / ``overfit_batches`` are batch counts (``1`` is one batch, ``1.0``
+  all of them), as Lightning documents.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+import re
+import shlex
+import signal
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Union, get_args
 
 from lightning import LightningDataModule, LightningModule, Trainer
+from lightning.fabric.plugins.environments import SLURMEnvironment
+from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
-from lightning.pytorch.loggers import CSVLogger, Logger, WandbLogger
+from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 
-from lightning_modules.callbacks import EpochReseed, TrainingClock
+from lightning_modules.callbacks import (
+    CheckpointOnSignal,
+    EpochReseed,
+    NonFiniteLossError,
+    StopOnNonFiniteLoss,
+    TrainingClock,
+)
+from lightning_modules.checkpoint_io import AtomicCheckpointIO, CheckpointError, CheckpointWriteError, checkpoint_step
+from lightning_modules.checkpoint_io import load_checkpoint as load_user_checkpoint
+from lightning_modules.csv_logger import ResumableCSVLogger
+from reproductions.errors import RunFailed, RunInterrupted, UsageError, config_message, exception_chain, one_line
+from reproductions.errors import parser_error
 from reproductions.results import RESULTS_FILE, environment, write_results
+from reproductions.rundir import RunDirLock, check_root, finished_results, stale_checkpoints
 from reproductions.tracking import log_checkpoints, log_results, log_status, wandb_offline
+from utils.atomic import atomic_write_text
 
 REPRODUCTIONS_DIR = Path(__file__).resolve().parent
 #: folders whose configs modify an experiment rather than name one (see ``experiment_name``)
@@ -59,6 +99,11 @@ class RunOptions:
         test_after_fit: after ``fit``, evaluate on the test split and write results.json.
         test_ckpt: which weights the test after fit uses: ``final`` (the weights at the end
             of training) or ``best`` (the checkpoint with the best monitored validation metric).
+        overwrite: let ``fit`` replace a finished run in its run directory (results.json says
+            finished). Without it such a fit refuses; resuming the run's own checkpoint
+            (``--ckpt_path <run dir>/checkpoints/last.ckpt``) needs no overwrite.
+        nonfinite_patience: training steps in a row with a NaN or infinite loss tolerated before
+            the run stops as failed (0: stop at the first).
     """
 
     root: str = "runs"
@@ -71,6 +116,8 @@ class RunOptions:
     log_model: bool = False
     test_after_fit: bool = True
     test_ckpt: Literal["final", "best"] = "final"
+    overwrite: bool = False
+    nonfinite_patience: int = 0
 
 
 def experiment_name(config_paths: list) -> str:
@@ -95,7 +142,17 @@ def experiment_name(config_paths: list) -> str:
 
 
 class SaveAndLogConfig(SaveConfigCallback):
-    """Save the resolved config.yaml (Lightning's behaviour) and send it to W&B as the run config."""
+    """Save the resolved config.yaml atomically (rank zero) and send it to W&B as the run config."""
+
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        if self.already_saved:
+            return
+        log_dir = trainer.log_dir if self.save_to_log_dir else None  # every rank: it broadcasts
+        if trainer.is_global_zero:
+            if log_dir is not None:
+                atomic_write_text(Path(log_dir) / self.config_filename, self.parser.dump(self.config, skip_none=False))
+            self.save_config(trainer, pl_module, stage)
+        self.already_saved = True
 
     def save_config(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         config = self.config.clone()
@@ -105,8 +162,100 @@ class SaveAndLogConfig(SaveConfigCallback):
                 logger.log_hyperparams(config.as_dict())
 
 
+#: Trainer arguments where Lightning reads an int as a number of batches and a float as a fraction
+COUNT_OR_FRACTION = ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches",
+                     "overfit_batches", "val_check_interval")
+
+
+def count_limits_as_ints(parser) -> None:
+    """Make ``--trainer.limit_val_batches 1`` the int 1 (one batch), not 1.0 (all batches).
+
+    Lightning types these ``Optional[Union[int, float]]``, but Python's typing cache can hand
+    jsonargparse the same union as ``Union[float, int, None]`` (``Union[int, float]`` and
+    ``Union[float, int]`` are equal, so a cached one is reused), and jsonargparse tries the
+    subtypes in order and turns 1 into 1.0. The parser's type hints are rebuilt with int first.
+    """
+    for action in getattr(parser, "_actions", []):
+        dest = getattr(action, "dest", "")
+        if dest.rpartition(".")[2] not in COUNT_OR_FRACTION or not dest.startswith("trainer."):
+            continue
+        hint = getattr(action, "_typehint", None)
+        args = get_args(hint)
+        if int in args and float in args and args.index(float) < args.index(int):
+            new = (int, float, *[a for a in args if a not in (int, float)])
+            rebuilt = Union[new]
+            if get_args(rebuilt)[:2] == (int, float):
+                action._typehint = rebuilt
+
+
+def is_rank_zero() -> bool:
+    """Whether this process is the job's first (rank 0): every rank variable is 0 or unset."""
+    for var in ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "SLURM_PROCID"):
+        try:
+            if int(os.environ.get(var) or 0) != 0:
+                return False
+        except ValueError:
+            continue
+    return True
+
+
+def slurm_requeue() -> bool:
+    """Whether this process runs as a SLURM batch job (Lightning then requeues on SIGUSR1)."""
+    return SLURMEnvironment.detect()
+
+
+def _as_list(value) -> list:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+class StopSignals:
+    """SIGTERM and SIGUSR1 while a command runs.
+
+    While Lightning runs a stage it has its own SIGTERM handler (which calls this one too): it
+    sets ``trainer.received_sigterm`` and the loop raises ``SIGTERMException`` at the end of the
+    batch, where ``CheckpointOnSignal`` saves a checkpoint. SIGUSR1 is made to do the same (outside
+    SLURM, where it is the requeue signal and Lightning's). Outside a stage (setting up, loading
+    data, between fit and test) a signal stops the command at once with ``RunInterrupted``.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+    def __init__(self, cli: "ReproductionCLI") -> None:
+        self.cli = cli
+        self.received: int | None = None
+        self._previous: dict = {}
+
+    def install(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in self.SIGNALS:
+            if signum == signal.SIGUSR1 and slurm_requeue():
+                continue  # Lightning's requeue handler: it only installs itself if none is there
+            self._previous[signum] = signal.getsignal(signum)
+            signal.signal(signum, self.handle)
+
+    def restore(self) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        self._previous = {}
+
+    def handle(self, signum: int, frame) -> None:
+        self.received = self.received or signum
+        trainer = getattr(self.cli, "trainer", None)
+        lightning_handles = signal.getsignal(signal.SIGTERM) != self.handle
+        running = trainer is not None and str(getattr(trainer.state.status, "value", "")) == "running"
+        if lightning_handles and running:
+            connector = getattr(trainer, "_signal_connector", None)
+            if connector is not None:
+                connector.received_sigterm = True  # SIGUSR1: stop at the end of the batch as for SIGTERM
+            return
+        raise RunInterrupted(f"stopped by {signal.Signals(signum).name}", signum=signum)
+
+
 class ReproductionCLI(LightningCLI):
-    """LightningCLI with run directories, results.json and a W&B switch."""
+    """LightningCLI with run directories, results.json, a W&B switch and the guarantees above."""
 
     def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("save_config_callback", SaveAndLogConfig)
@@ -115,10 +264,68 @@ class ReproductionCLI(LightningCLI):
         kwargs.setdefault("subclass_mode_model", True)
         kwargs.setdefault("subclass_mode_data", True)
         kwargs.setdefault("auto_configure_optimizers", False)  # modules bind their own optimiser
+        # errors raise (and reproductions/errors.py prints one line) instead of exiting in jsonargparse
+        kwargs["parser_kwargs"] = {"exit_on_error": False, **(kwargs.get("parser_kwargs") or {})}
+        given = kwargs.get("args")
+        self.cli_args = [str(a) for a in (sys.argv[1:] if given is None else given)] if not isinstance(
+            given, dict) else []
+        self.resume_from: Path | None = None  # a checkpoint of this run directory that fit resumes
+        self.resume_step: int | None = None
+        self.signals = StopSignals(self)
         super().__init__(LightningModule, LightningDataModule, *args, **kwargs)
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_class_arguments(RunOptions, "run")
+
+    # ------------------------------------------------------------------ parsing
+    def setup_parser(self, add_subcommands: bool, main_kwargs: dict, subparser_kwargs: dict) -> None:
+        super().setup_parser(add_subcommands, main_kwargs, subparser_kwargs)
+        for parser in [self.parser, *getattr(self, "_subcommand_parsers", {}).values()]:
+            count_limits_as_ints(parser)
+
+    def _option_names(self) -> list[str]:
+        names = set()
+        for parser in [self.parser, *getattr(self, "_subcommand_parsers", {}).values()]:
+            for action in getattr(parser, "_actions", []):
+                names.update(o for o in getattr(action, "option_strings", []) if o.startswith("--"))
+        return sorted(names)
+
+    def parse_arguments(self, parser, args) -> None:
+        try:
+            super().parse_arguments(parser, args)
+        except argparse.ArgumentError as e:
+            raise UsageError(parser_error(e, self._option_names())) from e
+
+    def _parse_ckpt_path(self) -> None:
+        """Check ``--ckpt_path`` (exists, is a checkpoint, loads weights-only) before anything is
+        touched; then, as Lightning does, take the model's hyper-parameters from it."""
+        subcommand = self.config.get("subcommand")
+        if not subcommand:
+            return
+        ckpt_path = self.config[subcommand].get("ckpt_path")
+        if not ckpt_path or str(ckpt_path) in ("last", "best", "hpc", "registry") or str(ckpt_path).startswith(
+                "registry:"):
+            return
+        try:
+            checkpoint = load_user_checkpoint(ckpt_path, what="--ckpt_path", mmap=True)
+        except CheckpointError as e:
+            raise UsageError(str(e)) from e
+        self.resume_step = checkpoint_step(checkpoint)
+        self._take_model_hparams(subcommand, ckpt_path, checkpoint)
+
+    def _take_model_hparams(self, subcommand: str, ckpt_path, checkpoint: dict) -> None:
+        """The model's hyper-parameters from the checkpoint over the config's (Lightning's rule)."""
+        hparams = dict(checkpoint.get("hyper_parameters") or {})
+        hparams.pop("_instantiator", None)
+        if not hparams:
+            return
+        if "_class_path" in hparams:
+            hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
+        try:
+            self.config = self.parser.parse_object({subcommand: {"model": hparams}}, self.config)
+        except (argparse.ArgumentError, SystemExit) as e:
+            raise UsageError(f"--ckpt_path {ckpt_path}: its model hyper-parameters do not fit this config "
+                             f"({parser_error(e)}); give a checkpoint of this experiment") from e
 
     # ------------------------------------------------------------------ run directory
     def before_instantiate_classes(self) -> None:
@@ -128,6 +335,74 @@ class ReproductionCLI(LightningCLI):
         self.seed = int(cfg.seed_everything)
         self.run_dir = Path(run.root) / self.experiment / run.variant / f"seed{self.seed}"
         self.log_dir = self.run_dir if self.subcommand == "fit" else self.run_dir / self.subcommand
+        check_root(run.root, self.log_dir)
+        if run.nonfinite_patience < 0:
+            raise UsageError(f"--run.nonfinite_patience={run.nonfinite_patience} must be >= 0 (steps with a NaN/inf "
+                             "loss tolerated in a row; 0 stops at the first)")
+        if self._resolve_ckpt_keyword(cfg):
+            cfg = self.config[self.subcommand]  # the checkpoint's model hyper-parameters were merged in
+        if self.subcommand == "fit":
+            self._find_resume(cfg)
+
+    def _resolve_ckpt_keyword(self, cfg) -> bool:
+        """``--ckpt_path last`` / ``best``: this run directory's ``checkpoints/last.ckpt`` / its one
+        ``best-*.ckpt``, checked like a path; a missing one is an error, never "no checkpoint"
+        (Lightning would test or validate random weights with a warning)."""
+        keyword = cfg.get("ckpt_path")
+        if keyword not in ("last", "best"):
+            return False
+        folder = self.run_dir / "checkpoints"
+        found = [folder / "last.ckpt"] if keyword == "last" else sorted(folder.glob("best-*.ckpt"))
+        found = [p for p in found if p.is_file()]
+        if len(found) != 1:
+            what = "no" if not found else f"{len(found)}"
+            raise UsageError(f"--ckpt_path {keyword}: {what} {keyword} checkpoint in {folder}; give a checkpoint "
+                             "file, or the --config/--run.* options of the run that wrote it")
+        try:
+            checkpoint = load_user_checkpoint(found[0], what=f"--ckpt_path {keyword}", mmap=True)
+        except CheckpointError as e:
+            raise UsageError(str(e)) from e
+        cfg.ckpt_path = str(found[0])
+        self.resume_step = checkpoint_step(checkpoint)
+        self._take_model_hparams(self.subcommand, found[0], checkpoint)
+        return True
+
+    def _find_resume(self, cfg) -> None:
+        """Which checkpoint of this run directory ``fit`` resumes, if any (``--ckpt_path`` inside the
+        run directory, or under SLURM Lightning's ``hpc_ckpt_*.ckpt``)."""
+        ckpt_path = cfg.get("ckpt_path")
+        if ckpt_path is None and slurm_requeue():
+            hpc = sorted(self.run_dir.glob("hpc_ckpt_*.ckpt"), key=lambda p: int(re.sub(r"\D", "", p.stem) or 0))
+            if hpc:
+                try:
+                    self.resume_step = checkpoint_step(load_user_checkpoint(hpc[-1], what="hpc checkpoint", mmap=True))
+                except CheckpointError as e:
+                    raise RunFailed(str(e)) from e
+                ckpt_path = str(hpc[-1])
+        if ckpt_path and Path(ckpt_path).is_file():
+            try:
+                Path(ckpt_path).resolve().relative_to(self.run_dir.resolve())
+                self.resume_from = Path(ckpt_path)
+            except ValueError:
+                self.resume_from = None  # another run's checkpoint: this one starts fresh from it
+        if self.resume_from is None:
+            self.resume_step = None
+
+    def instantiate_classes(self) -> None:
+        """Lightning's, with every error in building the classes turned into one line (exit 2)."""
+        try:
+            self.config_init = self.parser.instantiate_classes(self.config)
+        except Exception as e:  # noqa: BLE001 - a config that cannot be built is a usage error
+            raise UsageError(config_message(e)) from e
+        self.datamodule = self._get(self.config_init, "data")
+        self.model = self._get(self.config_init, "model")
+        self._add_configure_optimizers_method_to_model(self.subcommand)
+        try:
+            self.trainer = self.instantiate_trainer()
+        except UsageError:
+            raise
+        except Exception as e:  # noqa: BLE001 - Lightning's MisconfigurationException, bad trainer values
+            raise UsageError(config_message(e)) from e
 
     def _run_options(self) -> RunOptions:
         return RunOptions(**self.config[self.subcommand].run.as_dict())
@@ -136,7 +411,9 @@ class ReproductionCLI(LightningCLI):
         if configured is False:
             return False
         run = self._run_options()
-        loggers: list[Logger] = [CSVLogger(save_dir=str(self.log_dir), name="", version="")]
+        csv = ResumableCSVLogger(save_dir=str(self.log_dir), name="", version="",
+                                 resume_step=self.resume_step if self.resume_from is not None else None)
+        loggers: list[Logger] = [csv]
         if run.wandb:
             tags = list(dict.fromkeys([self.experiment, run.variant, *run.tags]))
             loggers.append(
@@ -163,8 +440,12 @@ class ReproductionCLI(LightningCLI):
         trainer_cfg = self._get(self.config_init, "trainer", default={})
         callbacks: list[Callback] = list(trainer_cfg.get("callbacks") or [])
         self.clock = TrainingClock()
-        callbacks += [self.clock, EpochReseed(self.seed)]
+        run = self._run_options()
+        self.on_signal = CheckpointOnSignal(self.run_dir / "checkpoints" / "last.ckpt")
+        callbacks += [self.clock, EpochReseed(self.seed), StopOnNonFiniteLoss(run.nonfinite_patience)]
         monitor, mode = getattr(self.model, "monitor", ("val/loss", "min"))
+        if self.subcommand == "fit":
+            callbacks.append(self.on_signal)
         if self.subcommand == "fit" and not any(isinstance(c, ModelCheckpoint) for c in callbacks):
             ckpt_dir = str(self.run_dir / "checkpoints")
             # Two callbacks: Lightning's save_last only refreshes last.ckpt in epochs that also
@@ -182,13 +463,182 @@ class ReproductionCLI(LightningCLI):
         kwargs.setdefault("callbacks", callbacks)
         kwargs.setdefault("logger", self._loggers(trainer_cfg.get("logger")))
         kwargs.setdefault("default_root_dir", str(self.run_dir))
+        kwargs.setdefault("plugins", self._plugins(trainer_cfg))
         return super().instantiate_trainer(**kwargs)
+
+    def _plugins(self, trainer_cfg) -> list:
+        """The configured plugins plus atomic checkpoint IO and, in a SLURM batch job, Lightning's
+        SLURM environment with auto-requeue on SIGUSR1 (submit with ``--signal=SIGUSR1@90``)."""
+        plugins = _as_list(trainer_cfg.get("plugins"))
+        strategy = str(trainer_cfg.get("strategy") or "")
+        if not any(isinstance(p, CheckpointIO) for p in plugins) and "deepspeed" not in strategy.lower():
+            plugins.append(AtomicCheckpointIO())
+        if slurm_requeue() and not any(isinstance(p, SLURMEnvironment) for p in plugins):
+            plugins.append(SLURMEnvironment(auto_requeue=True, requeue_signal=signal.SIGUSR1))
+        return plugins
+
+    # ------------------------------------------------------------------ running a subcommand
+    def command(self, ckpt_path: str | Path | None = None) -> str:
+        """This command as one shell line; with ``ckpt_path``, the one that resumes from it."""
+        args = list(self.cli_args)
+        if ckpt_path is not None:
+            out, skip = [], False
+            for a in args:
+                if skip:
+                    skip = False
+                    continue
+                if a == "--ckpt_path":
+                    skip = True
+                    continue
+                if a.startswith("--ckpt_path="):
+                    continue
+                out.append(a)
+            args = [*out, "--ckpt_path", str(ckpt_path)]
+        return shlex.join(["python", "-m", "reproductions", *args])
+
+    def _check_batch_divides(self) -> None:
+        """The global batch must split evenly over the processes: checked before any is started."""
+        trainer, data = self.trainer, self.datamodule
+        try:
+            world = int(trainer.num_nodes) * int(trainer.num_devices)
+        except (TypeError, ValueError):
+            return
+        if world <= 1 or data is None:
+            return
+        for name in ("batch_size", "eval_batch_size"):
+            value = getattr(data, name, None)
+            if isinstance(value, int) and value % world:
+                multiple = max(world, (value // world) * world)
+                raise UsageError(
+                    f"data.{name}={value} does not divide over the {world} processes ({trainer.num_devices} "
+                    f"device(s) x {trainer.num_nodes} node(s)): the global batch is split evenly; use a multiple of "
+                    f"{world} "
+                    f"(e.g. --data.{name} {multiple})"
+                )
+
+    def _prepare_fit_dir(self) -> None:
+        """Rank zero, lock held: refuse to replace a finished run, then clear what a fresh attempt replaces."""
+        run = self._run_options()
+        finished = finished_results(self.run_dir)
+        if finished is not None and not run.overwrite and self.resume_from is None:
+            shown = ", ".join(f"{k} = {v:.4f}" for k, v in sorted((finished.get("test") or {}).items())
+                              if isinstance(v, (int, float)))
+            raise UsageError(
+                f"run directory {self.run_dir} holds a finished run ({shown or 'results.json'}, finished "
+                f"{finished.get('finished_at', '?')}); pass --run.overwrite true to replace it, resume it with "
+                f"--ckpt_path {self.run_dir / 'checkpoints' / 'last.ckpt'}, or choose another --run.variant, "
+                "--run.root or --seed_everything"
+            )
+        # a rerun must not leave an old result looking current
+        (self.run_dir / RESULTS_FILE).unlink(missing_ok=True)
+        if self.resume_from is None:
+            stale = stale_checkpoints(self.run_dir)
+            for path in stale:
+                path.unlink(missing_ok=True)
+            if stale:
+                print(f"starting afresh in {self.run_dir}: removed {len(stale)} checkpoint file(s) of an earlier "
+                      f"attempt ({', '.join(p.name for p in stale)})", file=sys.stderr, flush=True)
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        self._check_batch_divides()
+        rank_zero = is_rank_zero()
+        lock = RunDirLock(self.log_dir, self.command(), say=lambda m: print(m, file=sys.stderr, flush=True))
+        if rank_zero:
+            lock.acquire()
+        try:
+            if subcommand == "fit" and rank_zero and not self.trainer.fast_dev_run:
+                self._prepare_fit_dir()  # a smoke test (fast_dev_run) writes nothing there: no rules
+            self.signals.install()
+            try:
+                super()._run_subcommand(subcommand)
+            except BaseException as e:
+                error = self._failed(subcommand, e)
+                if error is e:
+                    raise
+                raise error from e
+            finally:
+                self.signals.restore()
+        finally:
+            lock.release()
+
+    def _failed(self, subcommand: str, exc: BaseException) -> BaseException:
+        """What a failed subcommand raises: a signal becomes RunInterrupted with the resume command,
+        a non-finite loss or a failed checkpoint write RunFailed; the rest as is. A fit that had
+        started leaves results.json with status ``failed`` or ``interrupted``."""
+        chain = exception_chain(exc)
+        trainer = getattr(self, "trainer", None)
+        signum = self.signals.received
+        sigterm_exc = any(type(e).__name__ == "SIGTERMException" for e in chain)
+        lightning_ctrl_c = (isinstance(exc, SystemExit) and not sigterm_exc and trainer is not None
+                            and trainer.interrupted)
+        if isinstance(exc, KeyboardInterrupt) or (lightning_ctrl_c and signum is None):
+            signum = signal.SIGINT
+        interrupted = sigterm_exc or isinstance(exc, (RunInterrupted, KeyboardInterrupt)) or lightning_ctrl_c
+        if interrupted:
+            error: BaseException = self._interrupted(subcommand, int(signum or signal.SIGTERM))
+        else:
+            named = next((e for e in chain if isinstance(e, (NonFiniteLossError, CheckpointWriteError))), None)
+            error = RunFailed(str(named)) if named is not None else exc
+        if subcommand == "fit":
+            self._record_failure("interrupted" if interrupted else "failed", error, exc)
+        return error
+
+    def _interrupted(self, subcommand: str, signum: int) -> RunInterrupted:
+        name = signal.Signals(signum).name
+        saved = getattr(getattr(self, "on_signal", None), "saved", None)
+        if subcommand != "fit":
+            return RunInterrupted(f"stopped by {name} during {subcommand}; rerun the same command: {self.command()}",
+                                  signum=signum)
+        last = self.run_dir / "checkpoints" / "last.ckpt"
+        if saved:
+            where = (f"at step {self.on_signal.step} (epoch {self.on_signal.epoch}); saved {saved}")
+            ckpt = saved
+        elif last.is_file():
+            where, ckpt = f"before a checkpoint at this step could be saved; the last one is {last}", str(last)
+        else:
+            return RunInterrupted(f"stopped by {name} before the first checkpoint; rerun the same command to start "
+                                  f"again: {self.command()}", signum=signum)
+        return RunInterrupted(f"stopped by {name} {where}; resume with: {self.command(ckpt)}", signum=signum)
+
+    def _record_failure(self, status: str, error: BaseException, original: BaseException) -> None:
+        """results.json with ``status`` (never ``finished``) for a fit that had started; W&B told too."""
+        trainer = getattr(self, "trainer", None)
+        clock = getattr(self, "clock", None)
+        if trainer is None or clock is None or not clock.started or trainer.fast_dev_run:
+            return
+        if not trainer.is_global_zero:
+            return
+        run = self._run_options()
+        first = one_line(str(error), limit=10_000) or type(error).__name__
+        text = first if isinstance(error, (RunFailed, RunInterrupted)) else f"{type(error).__name__}: {first}"
+        nonfinite = next((e for e in exception_chain(original) if isinstance(e, NonFiniteLossError)), None)
+        record = {
+            "status": status,
+            "error": text,
+            "step": nonfinite.step if nonfinite is not None else trainer.global_step,
+            "epoch": nonfinite.epoch if nonfinite is not None else trainer.current_epoch,
+            "experiment": self.experiment,
+            "variant": run.variant,
+            "seed": self.seed,
+            "run_dir": str(self.run_dir),
+            "training": {"epochs": trainer.current_epoch, "steps": trainer.global_step, **clock.summary()},
+            **environment(),
+        }
+        record["ended_at"] = record.pop("finished_at", None)
+        if status == "interrupted":
+            record["checkpoint"] = getattr(self.on_signal, "saved", None)
+        try:
+            write_results(self.run_dir, record)
+        except OSError:
+            pass  # e.g. the disk is full: the error line still says what happened
+        try:
+            log_status(trainer.loggers, status)
+            self._finish_wandb()
+        except Exception:  # noqa: BLE001 - reporting must not hide the run's own error
+            pass
 
     # ------------------------------------------------------------------ fit -> test -> results
     def before_fit(self) -> None:
-        if self.trainer.is_global_zero:
-            # A rerun into the same directory must not leave an old result looking current.
-            (self.run_dir / RESULTS_FILE).unlink(missing_ok=True)
         rank_zero_info(f"run directory: {self.run_dir}")
 
     def _finish_wandb(self) -> None:

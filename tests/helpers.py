@@ -40,6 +40,36 @@ class FailAtStep(Callback):
             raise RuntimeError(f"injected failure at step {trainer.global_step}")
 
 
+class SlowSteps(Callback):
+    """Sleep after every training batch (a run that is still training when a test signals it)."""
+
+    def __init__(self, seconds: float = 0.2) -> None:
+        self.seconds = seconds
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        import time
+
+        time.sleep(self.seconds)
+
+
+class CountBatches(Callback):
+    """Write, per fit, how many training and validation batches ran (sanity check excluded)."""
+
+    def __init__(self, out: str) -> None:
+        self.out = out
+        self.counts = {"train": 0, "val": 0}
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self.counts["train"] += 1
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        if not trainer.sanity_checking:
+            self.counts["val"] += 1
+
+    def on_fit_end(self, trainer, pl_module) -> None:
+        Path(self.out).write_text(json.dumps({**self.counts, "limit_val_batches": repr(trainer.limit_val_batches)}))
+
+
 def inprocess_runner(run, env) -> int:
     """A sweep runner: ``python -m reproductions <args>`` in this process (the sweep's default is a subprocess)."""
     run.run_dir.mkdir(parents=True, exist_ok=True)

@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from reproductions.cli import experiment_name, main as cli_main
+from reproductions.errors import UsageError
 from reproductions.tracking import wandb_offline
 from reproductions.results import RESULTS_FILE, read_results
 from tests.helpers import wandb_artifacts, wandb_records, wandb_summary
@@ -199,16 +200,20 @@ def test_resume_from_checkpoint_matches_uninterrupted_run(tmp_path):
 # --------------------------------------------------------------------------- failures
 
 
-def test_failed_run_leaves_no_results_json(tmp_path):
+def test_failed_run_leaves_a_failed_results_json(tmp_path):
     d = run_dir(tmp_path)
     d.mkdir(parents=True)
     (d / RESULTS_FILE).write_text(json.dumps({"status": "finished", "stale": True}))
+    crash = ["--trainer.max_epochs", "2", "--trainer.callbacks+=tests.helpers.FailAtStep", "--trainer.callbacks.step", "3"]
+    with pytest.raises(UsageError, match="holds a finished run"):  # a finished run is not replaced by accident
+        fit(tmp_path, *crash)
+    assert json.loads((d / RESULTS_FILE).read_text())["stale"]
     with pytest.raises(RuntimeError, match="injected failure"):
-        fit(tmp_path, "--trainer.max_epochs", "2", "--trainer.callbacks+=tests.helpers.FailAtStep",
-            "--trainer.callbacks.step", "3")
-    assert not (d / RESULTS_FILE).exists()  # the stale result was removed, no new one written
+        fit(tmp_path, *crash, "--run.overwrite", "true")
+    res = json.loads((d / RESULTS_FILE).read_text())  # the stale result replaced by the failure, never "finished"
+    assert res["status"] == "failed" and res["step"] == 3 and "injected failure at step 3" in res["error"]
     assert read_results(d) is None
-    assert not list(d.rglob(".results.json*"))
+    assert not list(d.rglob(".results.json*")) and not (d / "run.lock").exists()
 
 
 @pytest.mark.parametrize(
@@ -216,8 +221,8 @@ def test_failed_run_leaves_no_results_json(tmp_path):
     [
         (["--model.net.init_args.patch_size", "3"], "patch_size=3 does not divide img_size=8"),
         (["--model.net.init_args.num_heads", "3"], "num_heads=3 does not divide embed_dim=32"),
-        (["--model.net.init_args.pool", "max"], "Expected a typing.Literal['cls', 'gap']. Got value: max"),
-        (["--model.net.init_args.pos_embed", "fourier"], "Got value: fourier"),
+        (["--model.net.init_args.pool", "max"], "--model.init_args.net.init_args.pool=max is not allowed; use one of 'cls', 'gap'"),
+        (["--model.net.init_args.pos_embed", "fourier"], "pos_embed=fourier is not allowed; use one of 'none', "),
         (["--model.net.init_args.num_classes", "7"], "10 classes but the net was built with num_classes=7"),
         (["--data.source", "imagenet-on-mars"], "imagenet-on-mars"),
     ],

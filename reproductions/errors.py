@@ -1,0 +1,302 @@
+"""One clear line per error: what every ``python -m reproductions`` command prints when it fails.
+
+A failed command ends with one line on stderr,
+
+    error: <what is wrong, naming the value>; <what is allowed or what to do>
+
+and exits with 2 for a usage error (a bad config or flag value, a missing file named on the
+command line, a run directory that must not be overwritten) or 1 for a failure while running
+(a non-finite loss, a full disk, a crash); a run stopped by a signal exits with 128 + the
+signal's number. No traceback is shown unless asked for: ``--debug`` anywhere on the command
+line or ``REPRO_DEBUG=1`` prints it above the line (and is passed on to the processes a command
+starts, e.g. a sweep's runs).
+
+What users cause is mostly found by our own constructors (``patch_size=3 does not divide
+img_size=8; ...``). jsonargparse wraps those in a long "Does not validate against any of the
+Union subtypes ... Given value: Namespace(...)" report; ``describe`` digs the innermost
+message raised by this repository's code back out, and turns jsonargparse's own parse errors
+(unknown keys, values of the wrong type or not among the choices) into one line naming the key
+and the value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import difflib
+import os
+import re
+import sys
+import traceback
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+
+DEBUG_FLAG = "--debug"
+DEBUG_ENV = "REPRO_DEBUG"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+MAX_LINE = 600
+
+
+class ReproError(Exception):
+    """An error with a message meant for the user, printed as is; ``exit_code`` is the exit status."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class UsageError(ReproError, ValueError):
+    """The command line or the config asks for something impossible (exit status 2)."""
+
+    exit_code = 2
+
+
+class RunFailed(ReproError, RuntimeError):
+    """The run started and failed for a reason we can name (exit status 1)."""
+
+    exit_code = 1
+
+
+class RunInterrupted(ReproError):
+    """The run was stopped by a signal (exit status 128 + signal number)."""
+
+    def __init__(self, message: str, *, signum: int | None = None, exit_code: int | None = None) -> None:
+        super().__init__(message, exit_code=exit_code if exit_code is not None else 128 + (signum or 2))
+        self.signum = signum
+
+
+# ----------------------------------------------------------------------------------- debug switch
+
+
+def debug_enabled() -> bool:
+    return os.environ.get(DEBUG_ENV, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def pop_debug_flag(argv: list[str]) -> bool:
+    """Remove every ``--debug`` from ``argv`` (in place); True if one was there or REPRO_DEBUG is set.
+
+    The flag is turned into ``REPRO_DEBUG=1`` in this process's environment, so the processes
+    a command starts (a sweep's runs, DDP workers) show their tracebacks too.
+    """
+    found = DEBUG_FLAG in argv
+    argv[:] = [a for a in argv if a != DEBUG_FLAG]
+    if found:
+        os.environ[DEBUG_ENV] = "1"
+    return found or debug_enabled()
+
+
+# ----------------------------------------------------------------------------------- messages
+
+
+def one_line(text: str, limit: int = MAX_LINE) -> str:
+    """``text`` on one line (whitespace collapsed), at most ``limit`` characters."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def exception_chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the exceptions it was raised from or during, outermost first."""
+    chain: list[BaseException] = []
+    while exc is not None and all(exc is not seen for seen in chain):
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    return chain
+
+
+def _raised_by_repository(exc: BaseException) -> bool:
+    """Whether the innermost frame of ``exc``'s traceback is a file of this repository."""
+    tb = exc.__traceback__
+    last = None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    if last is None:
+        return False
+    path = Path(last.tb_frame.f_code.co_filename)
+    if "site-packages" in path.parts or ".venv" in path.parts:
+        return False
+    try:
+        path.resolve().relative_to(REPO_ROOT)
+    except ValueError:
+        return False
+    return True
+
+
+def own_message(exc: BaseException) -> str | None:
+    """The innermost ValueError/TypeError/OSError message raised by this repository's code
+    (a constructor's check) in ``exc``'s chain, or a ReproError's message; None if there is none."""
+    for e in reversed(exception_chain(exc)):
+        if isinstance(e, ReproError):
+            return str(e)
+        if isinstance(e, (ValueError, TypeError, OSError, KeyError)) and _raised_by_repository(e):
+            text = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
+            return text
+    return None
+
+
+_PARSER_KEY = re.compile(r'^\s*Parser key "(?P<key>[^"]+)":\s*(?P<rest>.*)$', re.S)
+_UNION_ERRORS = re.compile(r"^\s*- (.+)$", re.M)
+_EXPECTED = re.compile(r"Expected a (?P<type>.+?)\. Got value: (?P<value>.*)$", re.S)
+_GIVEN = re.compile(r"Given value: (?P<value>.*)$", re.M)
+_TYPE_NAMES = {"<class 'int'>": "an integer", "<class 'float'>": "a number", "<class 'bool'>": "true or false",
+               "<class 'str'>": "a string", "<class 'NoneType'>": "null"}
+
+
+def _expected(type_text: str) -> str:
+    type_text = type_text.strip()
+    literal = re.match(r"typing\.Literal\[(.*)\]$", type_text)
+    if literal:
+        return "one of " + literal.group(1)
+    return _TYPE_NAMES.get(type_text, type_text)
+
+
+def _key_value_message(key: str, rest: str) -> str:
+    """A jsonargparse error about one key as ``--key=value: ...; expected ...``."""
+    rest = rest.strip()
+    if "Does not validate against any of the Union subtypes" in rest:
+        errors = [e.strip() for e in _UNION_ERRORS.findall(rest)]
+        given = _GIVEN.search(rest)
+        value = given.group("value").strip() if given else "?"
+        # our constructors' messages come first; "Expected a <class 'NoneType'>" says nothing
+        told = [e for e in errors if not e.startswith("Expected a") and "NoneType" not in e]
+        if told:
+            return told[0]
+        types = [_expected(m.group(1)) for e in errors if (m := re.match(r"Expected an? (.+?)(?:\. Got value: .*)?$", e))]
+        if types:
+            return f"--{key}={value} is not valid; expected {' or '.join(dict.fromkeys(types))}"
+        return f"--{key}={value} is not valid; see --help for what --{key} takes"
+    expected = _EXPECTED.match(rest)
+    if expected:
+        value = expected.group("value").strip()
+        return f"--{key}={value} is not valid; expected {_expected(expected.group('type'))}"
+    missing = re.match(r"File does not exist: '?(?P<path>[^']*)'?", rest)
+    if missing:
+        hint = " (an experiment YAML, e.g. reproductions/vit/configs/digits.yaml)" if key == "config" else ""
+        return f"--{key} {missing.group('path')}: no such file; give an existing file{hint}"
+    first = rest.splitlines()[0] if rest else "invalid value"
+    return f"--{key}: {first}"
+
+
+def parser_message(message: str, options: Iterable[str] = ()) -> str:
+    """jsonargparse's error message as one line naming the key and the value."""
+    message = str(message).strip()
+    m = _PARSER_KEY.match(message)
+    if m:
+        return _key_value_message(m.group("key"), m.group("rest"))
+    unknown = re.match(r"unrecognized arguments: (?P<args>.*)$", message, re.S)
+    if unknown:
+        args = one_line(unknown.group("args"))
+        hint = ""
+        options = list(options)
+        first = args.split()[0].split("=")[0] if args.split() else ""
+        if first.startswith("--") and options:
+            close = difflib.get_close_matches(first, options, n=1, cutoff=0.75)
+            if close:
+                hint = f"did you mean {close[0]}? "
+        return f"unrecognized arguments: {args}; {hint}see --help for the options"
+    if message.startswith("the following arguments are required"):
+        return f"{message}; give an experiment with --config (e.g. reproductions/vit/configs/digits.yaml)"
+    required = re.search(r'Key "(?P<key>[^"]+)" is required', message)
+    if required:
+        return (f"--{required.group('key')} is required; give it, or an experiment config with --config "
+                "(e.g. reproductions/vit/configs/digits.yaml)")
+    return message.splitlines()[0] if message else "invalid arguments"
+
+
+def parser_error(exc: BaseException, options: Iterable[str] = ()) -> str:
+    """A jsonargparse parse error as one line: for a value nested in classes (``--model.init_args.
+    net.init_args.pool max2``) the full key, the value and what is allowed, from the innermost
+    error of the chain; otherwise ``parser_message`` of the outermost text."""
+    chain = exception_chain(exc)
+    keys: list[str] = []
+    for e in chain:
+        m = _PARSER_KEY.match(str(e))
+        if m and (not keys or keys[-1] != m.group("key")):
+            keys.append(m.group("key"))
+    inner = str(chain[-1]).strip()
+    expected = _EXPECTED.match(inner)
+    if keys and expected:
+        path = ".init_args.".join(keys)  # a key inside a class (class_path/init_args) is one level down
+        value = expected.group("value").strip()
+        kind = expected.group("type").strip()
+        literal = re.match(r"typing\.Literal\[(.*)\]$", kind)
+        if literal:
+            return f"--{path}={value} is not allowed; use one of {literal.group(1)}"
+        if len(keys) > 1:
+            return f"--{path}={value} is not valid; expected {_expected(kind)}"
+    return parser_message(str(exc), options)
+
+
+def describe(exc: BaseException) -> tuple[str, int]:
+    """``(one-line message, exit status)`` for an exception that ends a command."""
+    if isinstance(exc, ReproError):  # ours: whole (a resume command must not be cut)
+        return one_line(str(exc), limit=10_000), exc.exit_code
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted (Ctrl-C); rerun the same command to start again", 130
+    if isinstance(exc, argparse.ArgumentError):  # jsonargparse's parse errors
+        return one_line(parser_error(exc)), 2
+    text = str(exc).strip() or type(exc).__name__
+    first = text.splitlines()[0]
+    return one_line(f"{type(exc).__name__}: {first}; rerun with --debug for the traceback"), 1
+
+
+def config_message(exc: BaseException) -> str:
+    """What is wrong with a config that could not be parsed or instantiated, as one line: the
+    message of this repository's own check if there is one, else jsonargparse's, shortened."""
+    own = own_message(exc)
+    if own is not None:
+        return one_line(own)
+    for e in exception_chain(exc):
+        if isinstance(e, argparse.ArgumentError) or "Parser key" in str(e) or "Union subtypes" in str(e):
+            return one_line(parser_error(e))
+    text = str(exc).strip() or type(exc).__name__
+    return one_line(f"{type(exc).__name__}: {text.splitlines()[0]}")
+
+
+# ----------------------------------------------------------------------------------- running
+
+
+def report(exc: BaseException, *, debug: bool | None = None) -> int:
+    """Print the traceback (if debugging) and the one ``error:`` line for ``exc``; return its exit status."""
+    line, code = describe(exc)
+    if debug if debug is not None else debug_enabled():
+        traceback.print_exception(exc)
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    print(f"error: {line}", file=sys.stderr, flush=True)
+    return code
+
+
+@contextlib.contextmanager
+def argparse_errors() -> Iterator[None]:
+    """Within the block, an ``argparse`` parser's error prints its usage and raises UsageError
+    (so the dispatcher prints the one ``error:`` line) instead of exiting in argparse."""
+    original = argparse.ArgumentParser.error
+
+    def error(self: argparse.ArgumentParser, message: str):
+        self.print_usage(sys.stderr)
+        raise UsageError(f"{message}; see {self.prog} --help")
+
+    argparse.ArgumentParser.error = error  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        argparse.ArgumentParser.error = original  # type: ignore[method-assign]
+
+
+def run_command(fn: Callable[[Sequence[str]], int | None], argv: Sequence[str], *, debug: bool = False) -> int:
+    """Call ``fn(argv)``; an exception becomes one ``error:`` line and an exit status."""
+    try:
+        code = fn(argv)
+    except SystemExit as e:  # --help, --print_config, or a tool that exits itself
+        if type(e).__name__ == "SIGTERMException":  # Lightning's, if it ever gets past the CLI
+            return report(RunInterrupted("stopped by SIGTERM", signum=15), debug=debug)
+        if e.code is None or isinstance(e.code, int):
+            return e.code or 0
+        print(f"error: {one_line(str(e.code))}", file=sys.stderr, flush=True)
+        return 1
+    except BaseException as e:  # noqa: BLE001 - every failure ends in one line
+        return report(e, debug=debug)
+    return 0 if code is None else int(code)

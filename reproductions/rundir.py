@@ -1,0 +1,228 @@
+"""The run directory's rules: one run at a time (a lock), a finished run is never overwritten by
+accident, and a fresh attempt starts without the checkpoints of an earlier one.
+
+Lock. ``<run dir>/run.lock`` is created atomically (``O_CREAT | O_EXCL``) by the run that uses
+the directory and holds JSON: pid, host, start time, the command, the process's start time in
+clock ticks (so a recycled pid is not mistaken for the run) and the SLURM job, if any. It is
+removed when the run ends, however it ends short of SIGKILL. A second run into the same
+directory refuses at once, naming the holder. A lock left by a process that is gone (same host,
+pid dead or recycled; or the same SLURM job, requeued onto another node) is stale: the next run
+takes it over and says so in one line. A lock held on another host cannot be checked from here;
+the message says which file to delete once that run is known to be gone.
+
+Overwrite. ``fit`` into a directory whose ``results.json`` says ``finished`` refuses unless
+``--run.overwrite true``; resuming the run's own checkpoint is allowed (it continues that run).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+from reproductions.errors import RunFailed, UsageError
+
+LOCK_FILE = "run.lock"
+
+
+class RunDirBusy(RunFailed):
+    """Another live run holds the run directory's lock."""
+
+
+def _proc_start_ticks(pid: int) -> int | None:
+    """The start time of process ``pid`` in clock ticks since boot (Linux /proc), or None."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    try:  # the command name (field 2) may hold spaces and parentheses: split after its last ')'
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def slurm_job() -> str | None:
+    """The SLURM job this process belongs to (``<array job>_<task>`` for an array task), or None."""
+    array = os.environ.get("SLURM_ARRAY_JOB_ID")
+    if array:
+        return f"{array}_{os.environ.get('SLURM_ARRAY_TASK_ID', '')}"
+    return os.environ.get("SLURM_JOB_ID")
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def describe_holder(holder: dict) -> str:
+    return (f"pid {holder.get('pid')} on {holder.get('host')}, started {holder.get('started')}"
+            + (f", SLURM job {holder['slurm_job']}" if holder.get("slurm_job") else ""))
+
+
+def is_stale(holder: dict) -> bool:
+    """Whether the run that wrote ``holder`` (a lock's content) is gone."""
+    job = slurm_job()
+    if job and holder.get("slurm_job") == job and holder.get("pid") != os.getpid():
+        return True  # this job was requeued: the holder is its earlier incarnation
+    if holder.get("host") != platform.node():
+        return False  # cannot tell from here
+    pid = holder.get("pid")
+    if not isinstance(pid, int) or not _pid_alive(pid):
+        return True
+    started = holder.get("proc_start")
+    now = _proc_start_ticks(pid)
+    return started is not None and now is not None and started != now  # the pid was recycled
+
+
+class RunDirLock:
+    """``with RunDirLock(run_dir, command): ...``; see the module docstring."""
+
+    def __init__(self, run_dir: str | os.PathLike, command: str = "", *, say=print) -> None:
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / LOCK_FILE
+        self.command = command
+        self.say = say
+        self.held = False
+        self.took_over: dict | None = None
+
+    def _content(self) -> dict[str, Any]:
+        return {
+            "pid": os.getpid(),
+            "host": platform.node(),
+            "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "command": self.command,
+            "proc_start": _proc_start_ticks(os.getpid()),
+            "slurm_job": slurm_job(),
+        }
+
+    def _read(self) -> dict | None:
+        """The lock's content; None if it is gone; {} if unreadable after a moment (half-written by a crash)."""
+        for _ in range(10):
+            try:
+                text = self.path.read_text()
+            except FileNotFoundError:
+                return None
+            except OSError:
+                text = ""
+            try:
+                data = json.loads(text)
+                if isinstance(data, dict):
+                    return data
+            except json.JSONDecodeError:
+                pass
+            time.sleep(0.05)  # a holder between its O_EXCL create and its write
+        return {}
+
+    def acquire(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        for _ in range(5):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                holder = self._read()
+                if holder is None:
+                    continue  # released meanwhile: try again
+                if holder and not is_stale(holder):
+                    raise RunDirBusy(
+                        f"run directory {self.run_dir} is in use by another run ({describe_holder(holder)}: "
+                        f"{_short(holder.get('command') or '?')}); wait for it to end, or choose another --run.root, "
+                        f"--run.variant or --seed_everything (if that run is gone, delete {self.path})"
+                    )
+                if self._take_over(holder):
+                    self.took_over = holder
+                    self.say(f"run directory {self.run_dir}: took over the stale lock of a run that is gone "
+                             f"({describe_holder(holder) if holder else 'unreadable lock'})")
+                continue
+            with os.fdopen(fd, "w") as f:
+                json.dump(self._content(), f)
+                f.flush()
+                os.fsync(f.fileno())
+            self.held = True
+            return
+        raise RunDirBusy(f"run directory {self.run_dir}: could not take {self.path} (other runs keep taking it); "
+                         "try again")
+
+    def _take_over(self, holder: dict) -> bool:
+        """Remove a stale lock whose content is ``holder``, unless another run replaced it meanwhile."""
+        aside = self.path.with_name(f"{LOCK_FILE}.stale.{os.getpid()}")
+        try:
+            os.rename(self.path, aside)
+        except FileNotFoundError:
+            return False
+        try:
+            moved = json.loads(aside.read_text() or "{}")
+        except (OSError, json.JSONDecodeError):
+            moved = {}
+        if moved != holder and moved and not is_stale(moved):  # a live run's fresh lock: put it back
+            try:
+                os.link(aside, self.path)
+            except OSError:
+                pass
+            aside.unlink(missing_ok=True)
+            return False
+        aside.unlink(missing_ok=True)
+        return True
+
+    def release(self) -> None:
+        if not self.held:
+            return
+        self.held = False
+        try:
+            holder = json.loads(self.path.read_text())
+        except (OSError, json.JSONDecodeError):
+            return
+        if holder.get("pid") == os.getpid() and holder.get("host") == platform.node():
+            self.path.unlink(missing_ok=True)
+
+    def __enter__(self) -> "RunDirLock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def check_root(root: str | os.PathLike, run_dir: str | os.PathLike) -> None:
+    """UsageError unless ``run_dir`` (under ``root``) can be created and written: no regular file
+    in the way, the first existing folder writable."""
+    path = Path(run_dir)
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(f"--run.root {root}: {existing} is a file, not a directory; choose a --run.root "
+                         "under a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"--run.root {root}: {existing} is not writable; choose a --run.root you can write to")
+
+
+def finished_results(run_dir: str | os.PathLike) -> dict | None:
+    """The finished run's results in ``run_dir`` (results.json with status finished), or None."""
+    path = Path(run_dir) / "results.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) and data.get("status") == "finished" else None
+
+
+def stale_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
+    """Checkpoints and temporary files of an earlier attempt in ``<run_dir>/checkpoints``."""
+    folder = Path(run_dir) / "checkpoints"
+    if not folder.is_dir():
+        return []
+    return sorted([*folder.glob("best-*.ckpt"), *folder.glob("last.ckpt"), *folder.glob("last-v*.ckpt"),
+                   *folder.glob(".*.tmp")])
