@@ -53,6 +53,23 @@ MixedPrecisionChoice = Literal["auto", "bf16", "fp32"]
 SUPPORTED_PRECISION = ("32-true", "bf16-mixed")
 
 
+def resolve_param_dtype(mixed_precision: MixedPrecisionChoice, precision_flag: str, device_type: str) -> torch.dtype:
+    """FSDP2's compute dtype: ``bf16``/``fp32`` as asked; ``auto``: bf16 if the Trainer's flag is
+    ``bf16-mixed`` or the device is CUDA, else fp32. A flag other than ``32-true`` and
+    ``bf16-mixed`` is a ValueError (``bf16-true`` would cast the fp32 master weights, ``16-mixed``
+    needs a gradient scaler)."""
+    check_choice("mixed_precision", mixed_precision, MixedPrecisionChoice)
+    if precision_flag not in SUPPORTED_PRECISION:
+        raise ValueError(
+            f"FSDP2Strategy: trainer.precision={precision_flag!r} is not supported: leave it at '32-true' (mixed "
+            "precision is the strategy's: --trainer.strategy.init_args.mixed_precision auto|bf16|fp32, auto = bf16 "
+            "on GPUs) or give 'bf16-mixed'"
+        )
+    if mixed_precision != "auto":
+        return torch.bfloat16 if mixed_precision == "bf16" else torch.float32
+    return torch.bfloat16 if precision_flag == "bf16-mixed" or device_type == "cuda" else torch.float32
+
+
 def shard_units(net: nn.Module) -> list[nn.Module]:
     """The submodules ``net`` wants as separate FSDP units (``net.shard_units()``), else none."""
     units = getattr(net, "shard_units", None)
@@ -174,33 +191,25 @@ class FSDP2Strategy(ModelParallelStrategy):
         self.mixed_precision = mixed_precision
         self.activation_checkpointing = bool(activation_checkpointing)
         self.reshard_after_forward = bool(reshard_after_forward)
+        self._precision_flag: Optional[str] = None
 
     @property
     def param_dtype(self) -> torch.dtype:
         """The compute dtype FSDP2 casts the gathered parameters to (bf16 or fp32)."""
-        if self.mixed_precision != "auto":
-            return torch.bfloat16 if self.mixed_precision == "bf16" else torch.float32
-        flag = getattr(self.precision_plugin, "precision", "32-true")
-        if flag == "bf16-mixed" or self.root_device.type == "cuda":
-            return torch.bfloat16
-        return torch.float32
+        flag = self._precision_flag or str(getattr(self.precision_plugin, "precision", "32-true"))
+        return resolve_param_dtype(self.mixed_precision, flag, self.root_device.type)
 
     def setup_environment(self) -> None:
         # one data-parallel dimension over every process (the parent's "auto" would make it the
         # node count and the rest tensor parallel)
         self._data_parallel_size = self.num_nodes * self.num_processes
         self._tensor_parallel_size = 1
-        flag = str(getattr(self.precision_plugin, "precision", "32-true"))
-        if not isinstance(self.precision_plugin, ShardedPrecision):
-            if flag not in SUPPORTED_PRECISION:
-                raise ValueError(
-                    f"FSDP2Strategy: trainer.precision={flag!r} is not supported: leave it at '32-true' (mixed "
-                    "precision is the strategy's: --trainer.strategy.init_args.mixed_precision auto|bf16|fp32, "
-                    "auto = bf16 on GPUs) or give 'bf16-mixed'"
-                )
-            self.precision_plugin = ShardedPrecision(flag)  # read by param_dtype below
+        if self._precision_flag is None:  # the flag the Trainer was given, before it is replaced
+            self._precision_flag = str(getattr(self.precision_plugin, "precision", "32-true"))
+        dtype = self.param_dtype  # refuses an unsupported flag before any process group exists
+        # no autocast on top of FSDP2's policy: the plugin names what runs, for trainer.precision
+        self.precision_plugin = ShardedPrecision("bf16-mixed" if dtype == torch.bfloat16 else "32-true")
         super().setup_environment()
-        self.precision_plugin.precision = "bf16-mixed" if self.param_dtype == torch.bfloat16 else "32-true"
 
     def sharding_options(self) -> dict[str, Any]:
         """Keywords of ``shard_net`` for this run (the module adds ``compile_mode``)."""

@@ -176,3 +176,19 @@ class RecordSharding(Callback):
         path = Path(self.out_dir) / f"sharding_rank{trainer.global_rank}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self.record))
+
+
+class RecordCompile(Callback):
+    """Write, per rank, whether the net was compiled in place and how many graphs dynamo made."""
+
+    def __init__(self, out_dir: str) -> None:
+        self.out_dir = out_dir
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        from torch._dynamo.utils import counters
+
+        compiled = getattr(pl_module.net, "_compiled_call_impl", None) is not None
+        record = {"rank": trainer.global_rank, "compiled": compiled, "graphs": counters["stats"]["unique_graphs"]}
+        path = Path(self.out_dir) / f"compile_rank{trainer.global_rank}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record))
