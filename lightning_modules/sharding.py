@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import functools
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, Literal, Optional
 
 import torch
@@ -139,6 +140,33 @@ def shard_net(
     fully_shard(net, mesh=mesh, mp_policy=root_policy, reshard_after_forward=reshard_after_forward)
 
 
+def optimizer_state_by_name(state: dict, optimizer: torch.optim.Optimizer, module: nn.Module) -> dict:
+    """An optimiser state dict keyed by parameter index (``torch.optim``'s own format, and what
+    Lightning writes for a full checkpoint) re-keyed by the parameter names of ``module``.
+
+    The k-th index listed in the saved group g belongs to the k-th parameter of ``optimizer``'s
+    group g: the rule ``Optimizer.load_state_dict`` applies. Lightning's FSDP2 loader instead
+    reads index i as the i-th parameter of ``module.parameters()``, which is right only for
+    checkpoints that FSDP2 itself wrote; with more than one parameter group (the weight-decay
+    groups) a DDP or single-device checkpoint would get its moments on the wrong parameters.
+    A state already keyed by name is returned as it is."""
+    if not state.get("state") or not all(isinstance(k, int) for k in state["state"]):
+        return state
+    saved, current = state["param_groups"], optimizer.param_groups
+    sizes = ([len(g["params"]) for g in saved], [len(g["params"]) for g in current])
+    if sizes[0] != sizes[1]:
+        raise ValueError(
+            f"the checkpoint's optimiser has parameter groups of sizes {sizes[0]}, this run's {sizes[1]}: "
+            "not the same model and weight-decay groups"
+        )
+    names = {id(p): n for n, p in module.named_parameters()}
+    by_index = {i: names[id(p)] for g, h in zip(saved, current) for i, p in zip(g["params"], h["params"])}
+    return {
+        "state": {by_index[i]: v for i, v in state["state"].items()},
+        "param_groups": [{**g, "params": [by_index[i] for i in g["params"]]} for g in saved],
+    }
+
+
 class ShardedPrecision(Precision):
     """The Trainer's precision plugin under ``FSDP2Strategy``: no autocast, no module cast, no
     gradient scaler; the mixed precision is FSDP2's ``MixedPrecisionPolicy`` (see ``shard_net``).
@@ -210,6 +238,27 @@ class FSDP2Strategy(ModelParallelStrategy):
         # no autocast on top of FSDP2's policy: the plugin names what runs, for trainer.precision
         self.precision_plugin = ShardedPrecision("bf16-mixed" if dtype == torch.bfloat16 else "32-true")
         super().setup_environment()
+
+    def load_checkpoint(self, checkpoint_path, weights_only: Optional[bool] = None) -> dict[str, Any]:
+        """A one-file checkpoint (this strategy's default, or one written by DDP or a single
+        device) is loaded here, its optimiser state re-keyed by ``optimizer_state_by_name``; a
+        sharded folder goes to Lightning's loader."""
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions, set_model_state_dict, set_optimizer_state_dict,
+        )
+
+        path = Path(self.broadcast(str(checkpoint_path)))
+        if not path.is_file():
+            return super().load_checkpoint(path, weights_only=weights_only)
+        strict = self.lightning_module.strict_loading
+        checkpoint = torch.load(path, mmap=True, map_location="cpu", weights_only=weights_only)
+        # every rank reads the (memory-mapped) file and keeps its own slice of each tensor
+        options = StateDictOptions(full_state_dict=True, strict=strict)
+        set_model_state_dict(self.model, checkpoint.pop("state_dict"), options=options)
+        for optimizer, state in zip(self.optimizers, checkpoint.get("optimizer_states", [])):
+            state = optimizer_state_by_name(state, optimizer, self.model)
+            set_optimizer_state_dict(self.model, optimizer, optim_state_dict=state, options=options)
+        return checkpoint
 
     def sharding_options(self) -> dict[str, Any]:
         """Keywords of ``shard_net`` for this run (the module adds ``compile_mode``)."""

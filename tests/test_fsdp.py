@@ -136,6 +136,43 @@ def test_fsdp_overlay_builds_the_fsdp2_strategy():
     assert cli.experiment == "vit/cifar10"  # an overlay does not rename the experiment
 
 
+def test_optimizer_state_of_a_plain_checkpoint_is_rekeyed_by_group_position():
+    """A DDP or single-device checkpoint keys the optimiser state by index in the order of the
+    weight-decay groups, not of ``module.parameters()``: FSDP2Strategy maps the indices the way
+    ``Optimizer.load_state_dict`` does, so every moment lands on its own parameter."""
+    from types import SimpleNamespace
+
+    from torch.distributed.fsdp import FullyShardedDataParallel, OptimStateKeyType
+
+    from lightning_modules.image_classifier import ImageClassifier
+    from lightning_modules.sharding import optimizer_state_by_name
+
+    torch.manual_seed(0)
+    module = ImageClassifier(ViT(img_size=8, in_chans=1, num_classes=4, patch_size=4, embed_dim=16, depth=1,
+                                 num_heads=2), weight_decay=0.1)
+    module._trainer = SimpleNamespace(estimated_stepping_batches=10, datamodule=None, accumulate_grad_batches=1)
+    optimizer = module.configure_optimizers()["optimizer"]
+    assert len(optimizer.param_groups) == 2
+    module(torch.randn(4, 1, 8, 8)).sum().backward()
+    optimizer.step()
+    saved = optimizer.state_dict()
+    assert all(isinstance(k, int) for k in saved["state"])
+    by_name = optimizer_state_by_name(saved, optimizer, module)
+    params = dict(module.named_parameters())
+    assert set(by_name["state"]) == set(params)
+    for name, state in by_name["state"].items():
+        assert torch.equal(state["exp_avg"], optimizer.state[params[name]]["exp_avg"]), name
+    assert [g["weight_decay"] for g in by_name["param_groups"]] == [0.0, 0.1]
+    assert "net.blocks.0.attn.qkv.weight" in by_name["param_groups"][1]["params"]
+    assert optimizer_state_by_name(by_name, optimizer, module) is by_name  # already by name
+    # the index = position in module.parameters() reading (Lightning's loader) gets it wrong
+    wrong = FullyShardedDataParallel.rekey_optim_state_dict(saved, OptimStateKeyType.PARAM_NAME, module)
+    assert any(state["exp_avg"].shape != params[name].shape for name, state in wrong["state"].items())
+    optimizer.param_groups[1]["params"].pop()
+    with pytest.raises(ValueError, match=r"parameter groups of sizes \[\d+, \d+\], this run's"):
+        optimizer_state_by_name(saved, optimizer, module)
+
+
 # --------------------------------------------------------------------------- shard_net on 2 processes
 
 
