@@ -12,15 +12,23 @@ The base holds:
 - the optimiser: AdamW (``optimizer_class`` may choose another) on the weight-decay groups of
   ``parameter_groups`` (default: timm's ``param_groups_weight_decay``, which spares parameters
   with fewer than two dimensions, plus the names in ``net.no_weight_decay()``). The groups are
-  made in ``configure_model``, before any strategy wraps the module: FSDP (``use_orig_params``)
-  turns every parameter into a flat 1-D view of its shard, and groups made after that would
-  see no matrices and decay nothing. They are kept by parameter identity, so they survive the
-  flattening; norm clipping under FSDP goes through FSDP's own ``clip_grad_norm_``;
+  made in ``configure_model``, by name, from the parameters the optimiser will update: under
+  FSDP2 (``lightning_modules.sharding.FSDP2Strategy``) after ``fully_shard``, which replaces
+  every parameter by a new ``DTensor`` Parameter (its ``ndim`` and name are the full
+  parameter's, so the rule sees the same matrices); under the other strategies before they wrap
+  the module (Lightning's FSDP1 with ``use_orig_params`` turns parameters into flat 1-D views,
+  so groups made after it would decay nothing: they are kept by parameter identity). Gradient
+  norm clipping is PyTorch's ``clip_grad_norm_``, which computes the global norm over DTensor
+  shards; under FSDP1 it goes through FSDP's own ``clip_grad_norm_``;
+- sharding (``configure_model``): under a ``ModelParallelStrategy`` (``FSDP2Strategy``) the net
+  is ``fully_shard``-ed, one unit per module of ``net.shard_units()`` then the root
+  (``lightning_modules.sharding.shard_net``);
 - the schedule (``lr_schedule``): linear warm-up, then constant or cosine decay to
   ``lr * min_lr_ratio`` (``warmup_schedule``), stepped per optimiser step;
 - the learning rate following the global batch (``lr_scaling``, ``scaled_lr``); the effective
   rate and global batch are logged to the hparams (and by the CLI to ``results.json``);
-- ``torch.compile`` of the net in place (``compile_in_place``), in ``configure_model``;
+- ``torch.compile`` of the net in place (``compile_in_place``), in ``configure_model``; under
+  FSDP2 each shard unit (block) is compiled in place before it is sharded instead;
 - the parameter count (at construction) and forward FLOPs per sample (once, at ``setup``, on
   the example ``inspect_data`` returns), both logged to the hparams at fit start.
 Throughput is measured by ``callbacks.TrainingClock``, for every module alike.
@@ -32,7 +40,7 @@ sweep grid and README command sets them as ``model.init_args.lr`` etc.; keeping 
 leave two places for one number. The rate the optimiser gets is also not the configured one
 (``lr_scaling`` rescales it with the global batch, known only once the trainer is attached),
 the decay value is needed earlier than the optimiser (the groups are made in
-``configure_model``, before FSDP), and the schedule's length comes from
+``configure_model``), and the schedule's length comes from
 ``trainer.estimated_stepping_batches``. So the arguments stay explicit and
 ``configure_optimizers`` builds the optimiser and schedule from them.
 """
@@ -50,6 +58,7 @@ from timm.optim import param_groups_weight_decay
 from torch import nn
 
 from lightning_modules.model_stats import count_flops, count_parameters
+from lightning_modules.sharding import is_sharded, shard_net
 from models.choices import check_choice, choices
 
 #: the rate after warm-up: held (``constant``) or cosine-decayed to ``lr * min_lr_ratio``
@@ -256,11 +265,42 @@ class TrainingModule(LightningModule):
     def configure_model(self) -> None:
         """Runs after ``setup`` (FLOPs are counted on the plain net) and before the strategy
         wraps the module (DDP, FSDP); called again by every later fit/validate/test, so
-        idempotent: makes the weight-decay groups once, compiles once."""
+        idempotent: shards once (under ``ModelParallelStrategy``), makes the weight-decay groups
+        once from the parameters the optimiser will see, compiles once."""
+        compile_mode = self.hparams.get("compile_mode", "default") if self.hparams.get("compile") else None
+        mesh = self._data_parallel_mesh()
+        if mesh is not None:
+            if not is_sharded(self.net):
+                shard_net(self.net, mesh, compile_mode=compile_mode, **self._sharding_options())
+                self._param_groups = None  # fully_shard replaced every parameter: group the new ones
+        elif compile_mode is not None:
+            compile_in_place(self.net, compile_mode)
         if self._param_groups is None:
             self._param_groups = self.parameter_groups()
-        if self.hparams.get("compile"):
-            compile_in_place(self.net, self.hparams.get("compile_mode", "default"))
+
+    def _data_parallel_mesh(self):
+        """The 1-D data-parallel device mesh to shard over under a ``ModelParallelStrategy``
+        (``FSDP2Strategy``), else None. Tensor parallelism is not supported."""
+        mesh = self.device_mesh if self._trainer is not None else None
+        if mesh is None:
+            return None
+        names = mesh.mesh_dim_names or ()
+        if "tensor_parallel" in names and mesh["tensor_parallel"].size() > 1:
+            raise ValueError(
+                f"{type(self).__name__} shards over data parallelism only, but the device mesh has "
+                f"tensor_parallel size {mesh['tensor_parallel'].size()}: use "
+                "lightning_modules.sharding.FSDP2Strategy (reproductions/vit/configs/overlays/fsdp.yaml), or "
+                "ModelParallelStrategy with tensor_parallel_size=1"
+            )
+        return mesh["data_parallel"] if "data_parallel" in names else mesh
+
+    def _sharding_options(self) -> dict[str, Any]:
+        """``shard_net``'s options: the ``FSDP2Strategy``'s, else bf16 on CUDA and fp32 elsewhere."""
+        strategy = self.trainer.strategy
+        if hasattr(strategy, "sharding_options"):
+            return strategy.sharding_options()
+        on_cuda = strategy.root_device.type == "cuda"
+        return dict(param_dtype=torch.bfloat16 if on_cuda else torch.float32)
 
     def on_fit_start(self) -> None:
         """Parameter count, FLOPs and the effective learning rate into every logger's hparams
@@ -326,9 +366,10 @@ class TrainingModule(LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def configure_gradient_clipping(self, optimizer, gradient_clip_val=None, gradient_clip_algorithm=None) -> None:
-        """Lightning's clipping, except norm clipping under FSDP, which Lightning refuses
-        (``torch.nn.utils.clip_grad_norm_`` would see only this rank's shards): FSDP's own
-        ``clip_grad_norm_`` on the root module computes the global norm over all shards."""
+        """Lightning's clipping (``torch.nn.utils.clip_grad_norm_``; under FSDP2 the gradients
+        are DTensors and it computes the global norm over all shards), except norm clipping under
+        Lightning's FSDP1 strategy, which Lightning refuses (there the function would see only
+        this rank's flat shards): FSDP1's own ``clip_grad_norm_`` on the root module."""
         if _uses_fsdp(self) and gradient_clip_algorithm in (None, "norm"):  # also GradClipAlgorithmType.NORM
             if gradient_clip_val:  # Lightning hands the hook the trainer's gradient_clip_val
                 self.trainer.model.clip_grad_norm_(gradient_clip_val)

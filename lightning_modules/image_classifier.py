@@ -17,9 +17,9 @@ Scale path (all opt-in, defaults leave a run as it was):
 - ``lr_scaling`` with ``base_batch_size``: the learning rate follows the global batch
   (``lightning_modules.base.scaled_lr``); the effective rate is logged to the hparams and
   ``results.json``.
-Under FSDP (``reproductions/vit/configs/overlays/fsdp.yaml``) the weight-decay groups are made
-in ``configure_model``, before FSDP flattens the parameters, and norm clipping goes through
-FSDP's own ``clip_grad_norm_`` (both in ``TrainingModule``).
+Under FSDP2 (``reproductions/vit/configs/overlays/fsdp.yaml``) ``TrainingModule.configure_model``
+shards the net (``lightning_modules.sharding``) and makes the weight-decay groups from the sharded
+parameters; norm clipping computes the global norm over the shards.
 """
 
 from __future__ import annotations

@@ -157,6 +157,11 @@ class HybridViT(ViT):
         self.backbone_layers = tuple(backbone_layers)
         self.cnn_stride = cnn_stride
 
+    def shard_units(self) -> list[nn.Module]:
+        """FSDP units (``lightning_modules.sharding``): each ResNet stage, then each transformer
+        block; the CNN stem, token projection, position tables, norm and head are the root."""
+        return [*self.backbone.stages, *self.blocks]
+
     @property
     def backbone(self) -> ResNet:
         """The CNN (a ``models.resnet.ResNet`` returning its feature map)."""

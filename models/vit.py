@@ -514,6 +514,12 @@ class ViT(VisionTransformer):
                 names |= {f"{prefix}.{n}" for n, _ in module.named_parameters()}
         return names
 
+    def shard_units(self) -> list[nn.Module]:
+        """The modules to shard as separate FSDP units (``lightning_modules.sharding``): the
+        transformer blocks. The rest (stem, position tables, class token, final norm, head) is
+        the root unit."""
+        return list(self.blocks)
+
     @torch.jit.ignore
     def group_matcher(self, coarse: bool = False) -> dict:
         """timm's groups (for layer-wise learning-rate decay), stem tables included in the stem."""

@@ -154,3 +154,71 @@ def wandb_summary(path: str | Path) -> dict:
 def wandb_artifacts(path: str | Path) -> list:
     """The artifacts an offline W&B run file logged (``Record.artifact`` protobufs)."""
     return [r.artifact for r in wandb_records(path) if r.WhichOneof("record_type") == "artifact"]
+
+
+class RecordSharding(Callback):
+    """Write, per rank, what sharding did to the net and the optimiser: every parameter's local
+    and global size, the weight-decay groups by parameter name, the optimiser state's local size
+    after the first step, the global gradient norm (before clipping) of the first ``steps``
+    steps, the precision in effect and the parameters' dtype."""
+
+    def __init__(self, out_dir: str, steps: int = 4) -> None:
+        self.out_dir = out_dir
+        self.steps = steps
+        self.record: dict = {"grad_norms": []}
+
+    @staticmethod
+    def _local(t):
+        return t.to_local() if hasattr(t, "to_local") else t
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        names = {id(p): n for n, p in pl_module.named_parameters()}
+        self.record.update(
+            rank=trainer.global_rank, world_size=trainer.world_size, precision=str(trainer.precision),
+            precision_plugin=type(trainer.precision_plugin).__name__,
+            params={n: {"local": self._local(p).numel(), "global": p.numel(), "dtype": str(p.dtype),
+                        "dtensor": hasattr(p, "to_local"),
+                        "placements": [str(x) for x in getattr(p, "placements", ())]}
+                    for n, p in pl_module.named_parameters()},
+            groups=[{"weight_decay": g["weight_decay"], "params": [names[id(p)] for p in g["params"]]}
+                    for g in trainer.optimizers[0].param_groups],
+        )
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        import torch
+
+        if len(self.record["grad_norms"]) >= self.steps:
+            return
+        grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        norm = torch.nn.utils.get_total_norm(grads)
+        norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+        self.record["grad_norms"].append(float(norm))
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.global_step == 1 and "optimizer_state" not in self.record:
+            state = trainer.optimizers[0].state
+            self.record["optimizer_state"] = {
+                "local": sum(self._local(v).numel() for s in state.values() for k, v in s.items() if k != "step"),
+                "global": sum(v.numel() for s in state.values() for k, v in s.items() if k != "step"),
+            }
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        path = Path(self.out_dir) / f"sharding_rank{trainer.global_rank}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.record))
+
+
+class RecordCompile(Callback):
+    """Write, per rank, whether the net was compiled in place and how many graphs dynamo made."""
+
+    def __init__(self, out_dir: str) -> None:
+        self.out_dir = out_dir
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        from torch._dynamo.utils import counters
+
+        compiled = getattr(pl_module.net, "_compiled_call_impl", None) is not None
+        record = {"rank": trainer.global_rank, "compiled": compiled, "graphs": counters["stats"]["unique_graphs"]}
+        path = Path(self.out_dir) / f"compile_rank{trainer.global_rank}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record))

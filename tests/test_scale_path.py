@@ -1,5 +1,5 @@
 """The GPU and multi-node path, checked on a CPU: torch.compile, channels_last, fused attention,
-learning-rate scaling with the global batch, the FSDP overlay, the global batch split over
+learning-rate scaling with the global batch, the FSDP overlay (its runs: test_fsdp.py), the global batch split over
 devices x nodes, and the launchers' commands (torchrun, SLURM)."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from lightning_modules.ctr import CTRModule
 from lightning_modules.image_classifier import ImageClassifier
 from models.ctr import BST
 from models.resnet import ResNet
-from models.vit import ViT, ViTBlock, explicit_attention
+from models.vit import ViT, explicit_attention
 
 REPO = Path(__file__).resolve().parents[1]
 CIFAR = "reproductions/vit/configs/cifar10.yaml"
@@ -331,30 +331,12 @@ def test_fsdp_overlay_prints_a_complete_config():
     assert proc.returncode == 0, proc.stderr[-3000:]
     cfg = yaml.safe_load(proc.stdout)
     strategy = cfg["trainer"]["strategy"]
-    assert strategy["class_path"] == "lightning.pytorch.strategies.FSDPStrategy"
-    assert strategy["init_args"]["auto_wrap_policy"] == ["models.vit.ViTBlock"]
-    assert strategy["init_args"]["activation_checkpointing_policy"] is None
-    assert strategy["init_args"]["state_dict_type"] == "full"
-    assert cfg["trainer"]["precision"] == "bf16-mixed"
+    assert strategy["class_path"] == "lightning_modules.sharding.FSDP2Strategy"
+    assert strategy["init_args"]["mixed_precision"] == "auto"
+    assert strategy["init_args"]["activation_checkpointing"] is False
+    assert strategy["init_args"]["save_distributed_checkpoint"] is False
     assert cfg["model"]["init_args"]["net"]["class_path"] == "models.vit.ViT"  # the experiment is intact
-
-
-def test_fsdp_overlay_builds_a_strategy_that_wraps_every_vit_block():
-    cli = build_only(["fit", "--config", CIFAR, "--config", FSDP,
-                      "--trainer.strategy.init_args.activation_checkpointing_policy", "[models.vit.ViTBlock]"])
-    from lightning.pytorch.strategies import FSDPStrategy
-    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
-
-    strategy = cli.trainer_config["strategy"]
-    assert isinstance(strategy, FSDPStrategy)
-    policy = strategy.kwargs["auto_wrap_policy"]
-    assert isinstance(policy, ModuleWrapPolicy) and policy._module_classes == {ViTBlock}
-    assert strategy.kwargs["use_orig_params"] is True  # what the weight-decay groups rely on
-    assert strategy._activation_checkpointing_kwargs["auto_wrap_policy"]._module_classes == {ViTBlock}
-    assert cli.trainer_config["precision"] == "bf16-mixed"
-    assert cli.experiment == "vit/cifar10"  # an overlay does not rename the experiment
-    blocks = [m for m in cli.model.net.modules() if isinstance(m, ViTBlock)]
-    assert len(blocks) == len(cli.model.net.blocks) == 7
+    # the strategy itself, sharding and its checkpoints: tests/test_fsdp.py
 
 
 def test_overlays_do_not_name_the_experiment():
@@ -366,7 +348,7 @@ def test_overlays_do_not_name_the_experiment():
 
 
 def test_weight_decay_groups_survive_fsdp_flattening():
-    """FSDP (use_orig_params) replaces every parameter's data by a flat 1-D view of its shard
+    """Lightning's FSDP1 strategy (by hand; the overlay is FSDP2) with use_orig_params replaces every parameter's data by a flat 1-D view of its shard
     after configure_model; groups made then would decay nothing. The module makes them in
     configure_model, before the wrapping, and keeps them by parameter identity."""
 
@@ -396,7 +378,7 @@ def test_weight_decay_groups_survive_fsdp_flattening():
 
 
 def test_norm_clipping_goes_through_fsdp_clip_grad_norm():
-    """Lightning refuses norm clipping under FSDP; the module calls the root FSDP module's
+    """Lightning refuses norm clipping under FSDP1; the module calls the root FSDP module's
     clip_grad_norm_ (global norm over all shards) instead, and leaves other strategies alone."""
     from lightning.pytorch.strategies import FSDPStrategy, SingleDeviceStrategy
     from lightning.pytorch.utilities import GradClipAlgorithmType
