@@ -2,7 +2,10 @@
 
 Written once, at the end of a successful run, atomically (temporary file in the same
 directory, then ``os.replace``), so a reader sees either no file or a complete one. A sweep
-treats a run directory with a ``results.json`` whose ``status`` is ``finished`` as done.
+treats a run directory with a ``results.json`` whose ``status`` is ``finished`` as done. A fit
+that failed or was interrupted after training started writes ``status`` ``failed`` or
+``interrupted`` with the error and the step instead (reproductions/cli.py); ``read_results``
+returns None for those.
 """
 
 from __future__ import annotations
