@@ -76,11 +76,49 @@ def environment() -> dict[str, Any]:
     }
 
 
-def read_results(run_dir: str | os.PathLike) -> dict[str, Any] | None:
-    """The run's results, or None if the run has not finished (no file, or not parseable)."""
+def results_state(run_dir: str | os.PathLike) -> tuple[str, dict[str, Any] | None]:
+    """``(state, results)`` of a run directory: ``missing`` (no results.json), ``corrupt``
+    (a file that is not a JSON object: cut short, edited, ...), or the file's ``status``
+    (``finished``, ``failed``, ``interrupted``) with its contents."""
     path = Path(run_dir) / RESULTS_FILE
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    return data if data.get("status") == "finished" else None
+        text = path.read_text()
+    except FileNotFoundError:
+        return "missing", None
+    except OSError:
+        return "corrupt", None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return "corrupt", None
+    if not isinstance(data, dict):
+        return "corrupt", None
+    return str(data.get("status", "corrupt")), data
+
+
+def read_results(run_dir: str | os.PathLike) -> dict[str, Any] | None:
+    """The run's results, or None if the run has not finished (no file, a corrupt one, or a
+    failed or interrupted run)."""
+    state, data = results_state(run_dir)
+    return data if state == "finished" else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m reproductions.results <run dir>``: print the run's state; exit 0 if it
+    finished, 1 if not (missing, failed, interrupted), 2 if its results.json is corrupt. The
+    SLURM array script uses it to skip finished runs."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m reproductions.results <run dir>", file=sys.stderr)
+        return 2
+    state, _ = results_state(args[0])
+    if state == "corrupt":
+        print(f"error: {Path(args[0]) / RESULTS_FILE} is corrupt (not a complete JSON object); "
+              "delete it to rerun the run", file=sys.stderr)
+        return 2
+    print(f"{args[0]}: {state}")
+    return 0 if state == "finished" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

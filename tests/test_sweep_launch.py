@@ -95,6 +95,12 @@ def test_slurm_array_task_runs_its_command_into_the_run_directory(tmp_path):
     proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
     assert proc.returncode == 0 and "already finished" in proc.stdout
     assert not (plan.runs[1].run_dir / "stdout.log").exists()
+    # a results.json cut in half is not taken as finished: the task names it and fails
+    path = plan.runs[1].run_dir / RESULTS_FILE
+    path.write_text(path.read_text()[: len(path.read_text()) // 2])
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
+    assert proc.returncode == 1 and "is corrupt" in proc.stderr and "already finished" not in proc.stdout
+    assert "#SBATCH --signal=SIGUSR1@90" in script.read_text()
 
 
 def test_run_environment_threads_and_import_path(monkeypatch):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reproductions.results import read_results
+from reproductions.results import RESULTS_FILE, read_results, results_state
 from reproductions.sweeping.launch import last_error
 from reproductions.sweeping.plan import LOG_FILE, Plan
 from reproductions.sweeping.spec import Metric, Variant
@@ -110,6 +110,8 @@ def collect(plan: Plan) -> list[VariantResults]:
             elif seed in plan.seeds:
                 if not run_dir.exists():
                     vr.missing.append((seed, "not run"))
+                elif results_state(run_dir)[0] == "corrupt":
+                    vr.missing.append((seed, f"corrupt {RESULTS_FILE} (not a complete JSON object): delete it and rerun"))
                 else:
                     log = run_dir / LOG_FILE
                     why = last_error(log) if log.exists() else "no results.json and no stdout.log"

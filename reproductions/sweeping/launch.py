@@ -227,6 +227,9 @@ def slurm_script(plan: Plan, runs: Sequence[Run], devices: int | None = None, sb
         f"#SBATCH --ntasks-per-node={gpus}",
         f"#SBATCH --gpus-per-node={gpus}",
         f"#SBATCH --output={exp_dir}/slurm/%A_%a.out",
+        # SIGUSR1 90 s before the time limit: the run saves a checkpoint and requeues itself
+        "#SBATCH --signal=SIGUSR1@90",
+        "#SBATCH --requeue",
         *[f"#SBATCH {opt}" for opt in sbatch],
         "set -euo pipefail",
         f"cd {shlex.quote(str(REPO_ROOT))}",
@@ -239,9 +242,10 @@ def slurm_script(plan: Plan, runs: Sequence[Run], devices: int | None = None, sb
         ")",
         "",
         'RUN_DIR="${RUN_DIRS[$SLURM_ARRAY_TASK_ID]}"',
-        'if grep -qs \'"status": "finished"\' "$RUN_DIR/results.json"; then',
-        '  echo "already finished: $RUN_DIR"; exit 0',
-        "fi",
+        # parses results.json: finished -> skip; a corrupt file is named and the task fails
+        f'STATE=0; {shlex.quote(sys.executable)} -m reproductions.results "$RUN_DIR" || STATE=$?',
+        'if [ "$STATE" -eq 0 ]; then echo "already finished: $RUN_DIR"; exit 0; fi',
+        'if [ "$STATE" -eq 2 ]; then exit 1; fi',
         'mkdir -p "$RUN_DIR"',
         'echo "$ ${COMMANDS[$SLURM_ARRAY_TASK_ID]}" > "$RUN_DIR/stdout.log"',
         'srun bash -c "${COMMANDS[$SLURM_ARRAY_TASK_ID]}" >> "$RUN_DIR/stdout.log" 2>&1',

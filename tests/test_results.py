@@ -1,0 +1,23 @@
+"""reproductions.results: a run directory's state, with a corrupt results.json named as corrupt."""
+
+from __future__ import annotations
+
+import json
+
+from reproductions.results import RESULTS_FILE, main, read_results, results_state
+
+
+def test_states_of_a_run_directory(tmp_path, capsys):
+    assert results_state(tmp_path) == ("missing", None) and main([str(tmp_path)]) == 1
+    finished = {"status": "finished", "test": {"test/acc": 0.5}}
+    (tmp_path / RESULTS_FILE).write_text(json.dumps(finished))
+    assert results_state(tmp_path) == ("finished", finished) and read_results(tmp_path) == finished
+    assert main([str(tmp_path)]) == 0
+    (tmp_path / RESULTS_FILE).write_text(json.dumps({"status": "failed", "error": "nan"}))
+    assert results_state(tmp_path)[0] == "failed" and read_results(tmp_path) is None and main([str(tmp_path)]) == 1
+    text = json.dumps(finished)
+    (tmp_path / RESULTS_FILE).write_text(text[: len(text) // 2])  # cut in half: corrupt, not "finished"
+    assert results_state(tmp_path) == ("corrupt", None) and read_results(tmp_path) is None
+    capsys.readouterr()
+    assert main([str(tmp_path)]) == 2
+    assert "is corrupt" in capsys.readouterr().err
