@@ -56,9 +56,7 @@ class EvalResize:
             return _resize(x, [self.size, self.size], self.interpolation)
         short = math.floor(self.size / self.crop_fraction)
         if min(height, width) != short:
-            scale = short / min(height, width)
-            new = [short, max(short, round(width * scale))] if height <= width else [max(short, round(height * scale)), short]
-            x = _resize(x, new, self.interpolation)
+            x = _resize(x, [short], self.interpolation)  # the shorter side, as timm's (torchvision's) Resize
         return TF.center_crop(x, [self.size, self.size])
 
     def __repr__(self) -> str:
