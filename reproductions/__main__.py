@@ -29,6 +29,9 @@ def main(argv: list[str] | None = None) -> int | None:
         from reproductions.report import main as report_main
 
         return report_main(argv[1:])
+    if argv and argv[0] == "data":
+        from reproductions.data import main as data_main
+        return data_main(argv[1:])
     if argv and argv[0] == "analyze":
         from reproductions.analyze import main as analyze_main
 

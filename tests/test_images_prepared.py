@@ -259,7 +259,7 @@ def test_imagenet_from_the_hub_needs_a_token_and_uses_the_validation_split(cache
         ImageDataModule(cache_dir=cache, source="imagenet")
     message = str(error.value)
     assert "\n" not in message and "ILSVRC/imagenet-1k" in message
-    assert "huggingface-cli login" in message and "HF_TOKEN" in message
+    assert "hf auth login" in message and "huggingface-cli login" in message and "HF_TOKEN" in message
 
     def fake_load(name, cache_dir):
         assert name == "ILSVRC/imagenet-1k"
