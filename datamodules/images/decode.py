@@ -37,6 +37,10 @@ Decoder = Literal["torchvision", "pil"]
 or ``pil`` (Pillow for everything)."""
 DECODERS: tuple[str, ...] = get_args(Decoder)
 JPEG_MAGIC = b"\xff\xd8\xff"
+# torchvision 0.29 deprecates its image codecs in favour of TorchCodec (not a dependency here); they stay the
+# fastest decoder in the pinned requirements, so their deprecation notice (one per process) is not shown.
+warnings.filterwarnings("ignore", message=".*image decoding and encoding capabilities of TorchVision",
+                        category=DeprecationWarning)
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -89,12 +93,9 @@ def decode_bytes(data: bytes, mode: str, decoder: str = "torchvision") -> torch.
         fn = decode_jpeg if head.startswith(JPEG_MAGIC) else decode_png if head == PNG_MAGIC else None
         if fn is not None:
             try:
-                with warnings.catch_warnings():  # libjpeg's warnings on slightly damaged files: Pillow decides
-                    warnings.simplefilter("ignore", DeprecationWarning)  # torchvision 0.29 points to torchcodec
-                    warnings.simplefilter("error", UserWarning)
-                    return fn(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=_tensor_mode(mode))
-            except (RuntimeError, UserWarning):
-                pass  # a CMYK JPEG, a 16-bit PNG, a damaged file: Pillow below
+                return fn(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=_tensor_mode(mode))
+            except RuntimeError:
+                pass  # a format variant torchvision refuses (e.g. some CMYK JPEGs, 16-bit PNGs): Pillow below
     elif decoder != "pil":
         raise ValueError(f"unknown decoder {decoder!r}: use one of {', '.join(DECODERS)}")
     return decode_pil(data, mode)
