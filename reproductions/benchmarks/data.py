@@ -341,7 +341,8 @@ def jpeg_case(args: argparse.Namespace) -> tuple[list[Table], dict]:
         "second of this process's CPU time (steady on a shared machine). DeiT augmentation: RandomResizedCrop "
         "(bicubic) + flip, RandAugment rand-m9-mstd0.5-inc1, normalisation, random erasing 0.25.",
         f"pixels, torchvision against Pillow on these files: mean |diff| {mean_diff:.3f}, max {max_diff} "
-        "(both libjpeg-turbo; IDCT and chroma upsampling differ slightly).",
+        "(both decode with libjpeg-turbo; other builds or settings of the IDCT and chroma upsampling differ by a "
+        "few levels: tests/test_images_transforms.py allows a mean of 1).",
         "Batched GPU decoding (torchvision.io.decode_jpeg(list, device='cuda'), nvJPEG) is the option when the "
         "cores cannot keep up; the augmentation would then run on the GPU too.",
     ]
