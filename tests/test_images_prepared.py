@@ -193,7 +193,8 @@ def test_a_warm_open_of_10000_files_makes_no_per_file_call(cache, tmp_path, monk
     directories = {str(root)} | {str(root / f"c{k}") for k in range(10)}
     assert set(counter.calls["stat"]) <= directories and len(counter.calls["stat"]) <= 4 * len(directories)
     assert seconds < 5.0
-    assert torch.equal(warm.test_dataset.images[warm.test_dataset.indices], cold.test_dataset.images[cold.test_dataset.indices])
+    warm_test, cold_test = warm.test_dataset, cold.test_dataset
+    assert torch.equal(warm_test.images[warm_test.indices], cold_test.images[cold_test.indices])
 
 
 def test_an_explicit_prepared_directory_needs_no_source(cache, tmp_path):

@@ -40,7 +40,8 @@ def test_imagenet_configs_fast_dev_run_on_a_tiny_imagenet_folder(config, tmp_pat
     folder = tiny_folder(tmp_path / "imagenet", ("train", "val"), (20, 26))
     path = f"reproductions/vit/configs/{config}"
     cfg = yaml.safe_load((REPO / path).read_text())
-    assert cfg["data"]["init_args"]["source"] == "imagenet" and cfg["model"]["init_args"]["net"]["init_args"]["img_size"] == 224
+    assert cfg["data"]["init_args"]["source"] == "imagenet"
+    assert cfg["model"]["init_args"]["net"]["init_args"]["img_size"] == 224
     header = (REPO / path).read_text().split("seed_everything")[0]
     assert "Measured: not yet run" in header and ("79.8" in header or "81.8" in header)
     # the recipe and data path as configured; the net made small (1 block, 1-block CNN stages) and float32, so

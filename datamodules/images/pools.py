@@ -126,7 +126,8 @@ def load_pools(data: SourceData, *, image_size: int | None, image_mode: str | No
     n = sum(len(d) for d in splits)
     if native_needed:
         stored = (c, h_lo, w_lo) if uniform else None
-        why_not = "the recipe crops each image at its native size (random_resized_crop / eval_crop_fraction) and the images differ in size"  # noqa: E501
+        why_not = ("the recipe crops each image at its native size (random_resized_crop / eval_crop_fraction) "
+                   "and the images differ in size")
     else:
         stored, why_not = input_shape, ""
     nbytes = n * math.prod(stored) if stored else None
@@ -155,9 +156,10 @@ def load_pools(data: SourceData, *, image_size: int | None, image_mode: str | No
                          if keep else None)  # fmt: skip
     else:
         pools = [Pool(label_column(d, data.label_column), hf=d) if keep else None for d in splits]
+    root = data.prepared.manifest["origin"] if data.prepared.manifest.get("kind") == "folder" else None
     return _assemble(data, pools if keep else None, mode=mode, image_size=image_size, input_shape=input_shape,
                      in_memory=held, reason=reason, stored_shape=stored if held else None, decoder=decoder,
-                     root=data.prepared.manifest["origin"] if data.prepared.manifest.get("kind") == "folder" else None)  # fmt: skip
+                     root=root)  # fmt: skip
 
 
 def _assemble(data: SourceData, pools: list[Pool] | None, **settings: Any) -> Pools:

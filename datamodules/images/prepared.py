@@ -370,7 +370,9 @@ def prepare_folder(listing: FolderListing, cache_root: Path, *, workers: int | N
                             workers)  # fmt: skip
         bad = [tuple(b) for r in results for b in r["bad"]]
         _finish_bad(bad, listing.root, total, skip_bad_images, "files")
-        splits: dict[str, dict[str, Any]] = {s: {"files": [], "rows": 0, "bytes": 0, "skipped": []} for s in listing.files}
+        splits: dict[str, dict[str, Any]] = {
+            s: {"files": [], "rows": 0, "bytes": 0, "skipped": []} for s in listing.files
+        }
         for (split, name), r in zip(owners, results, strict=True):
             info = splits[split]
             info["skipped"] += r["bad"]
@@ -520,7 +522,8 @@ def prepare_hub(name: str, dd: datasets.DatasetDict, splits: dict[str, str], ima
                 np.save(tmp / f"{ours}-keep.npy", keep)
                 entry["keep"] = f"{ours}-keep.npy"
             info[ours] = entry
-        features = datasets.Dataset.from_file(files["train"][0]).features if files["train"] else dd[splits["train"]].features
+        train_files = files["train"]
+        features = datasets.Dataset.from_file(train_files[0]).features if train_files else dd[splits["train"]].features
         manifest = {
             "format": PREPARED_FORMAT, "kind": "hub", "source": source or name, "origin": name, "key": key,
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),

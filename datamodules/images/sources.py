@@ -190,7 +190,8 @@ def read_hub(name: str, image_column: str | None, label_column: str | None, opti
 
     identity = f"{options.image_column or image_column}:{test_split}"
     prepared = open_hub(name, load, choose, options.cache_root, workers=options.workers,
-                        skip_bad_images=options.skip_bad_images, refresh=options.refresh, identity_extra=identity)  # fmt: skip
+                        skip_bad_images=options.skip_bad_images, refresh=options.refresh,
+                        identity_extra=identity)  # fmt: skip
     return from_prepared(prepared, image_column, label_column, options)
 
 

@@ -128,7 +128,8 @@ class RandomResizedCropFlip:
         return self.policy(x) if self.policy is not None else x
 
     def __repr__(self) -> str:
-        return f"RandomResizedCropFlip(size={self.size}, scale={self.rrc.scale}, {self.interpolation}, policy={self.policy!r})"
+        return (f"RandomResizedCropFlip(size={self.size}, scale={self.rrc.scale}, {self.interpolation}, "
+                f"policy={self.policy!r})")
 
 
 def random_erasing(probability: float) -> Callable[[torch.Tensor], torch.Tensor] | None:

@@ -354,8 +354,8 @@ def jpeg_case(args: argparse.Namespace) -> tuple[list[Table], dict]:
                     ["GPU", "images/s", "source", "workers (default pipeline)", "workers (Pillow + timm)"])
     need = {}
     for gpu, (rate, source) in gpus.items():
-        need[gpu] = {"images_per_sec": rate, "source": source,
-                     "workers_default": math.ceil(rate / per_core[default]), "workers_timm_pil": math.ceil(rate / per_core[ref])}  # fmt: skip
+        need[gpu] = {"images_per_sec": rate, "source": source, "workers_default": math.ceil(rate / per_core[default]),
+                     "workers_timm_pil": math.ceil(rate / per_core[ref])}  # fmt: skip
         workers.add(gpu, fmt_rate(rate), source, need[gpu]["workers_default"], need[gpu]["workers_timm_pil"])
     workers.notes.append("workers = ceil(GPU images/s / images/s per core); per-core rates measured here, so a "
                          "faster or less loaded CPU needs fewer. Mixup/CutMix (per batch) cost ~1% of this.")
