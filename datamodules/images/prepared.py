@@ -272,6 +272,12 @@ def folder_features(class_names: Sequence[str]) -> datasets.Features:
     return datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=list(class_names))})
 
 
+def _reason(error: BaseException) -> str:
+    """One line saying why a file did not decode (Pillow's message without its in-memory buffer's repr)."""
+    text = re.sub(r"\s*<_io\.BytesIO object at 0x[0-9a-fA-F]+>", "", f"{type(error).__name__}: {error}")
+    return text.replace("\n", " ")[:300]
+
+
 def _write_folder_shard(task: dict[str, Any]) -> dict[str, Any]:
     """Read, verify and write one shard of a folder (runs in a pool worker)."""
     root, out, files = task["root"], task["out"], task["files"]
@@ -294,7 +300,7 @@ def _write_folder_shard(task: dict[str, Any]) -> dict[str, Any]:
                     data = f.read()
                 mode, height, width = verify_image(data)
             except Exception as e:  # noqa: BLE001 - any failure to read or decode makes the file bad
-                bad.append([rel, f"{type(e).__name__}: {e}".replace("\n", " ")[:300]])
+                bad.append([rel, _reason(e)])
                 continue
             _add_image(stats, mode, height, width)
             buffer["bytes"].append(data)
@@ -445,7 +451,7 @@ def _verify_rows(task: dict[str, Any]) -> dict[str, Any]:
         try:
             mode, height, width = verify_image(image_bytes(value))
         except Exception as e:  # noqa: BLE001
-            bad.append([row, f"{type(e).__name__}: {e}".replace("\n", " ")[:300]])
+            bad.append([row, _reason(e)])
             continue
         _add_image(stats, mode, height, width)
     return {"bad": bad, "stats": stats}
