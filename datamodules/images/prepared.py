@@ -32,7 +32,7 @@ training here read. ``litdata`` (Lightning's streaming format: chunked, optimise
 streamed from object stores with per-rank shuffling and resumable iteration) pays off when the data lives in
 S3/GCS and nodes have no shared filesystem; it would add a dependency and a second copy of every hub dataset.
 The decoded pixels are never stored for large data (ImageNet's would be ~193 GB at 224 px), only the encoded
-bytes (ImageNet ~140 GB, about the size of its JPEGs).
+bytes (ImageNet ~145 GB, about the size of its JPEGs).
 """
 
 from __future__ import annotations
