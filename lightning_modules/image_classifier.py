@@ -114,8 +114,8 @@ class ImageClassifier(TrainingModule):
     def _shared_step(self, batch, metric: MulticlassAccuracy) -> torch.Tensor:
         images, labels = batch
         logits = self(images)
-        loss = self.criterion(logits, labels)
-        metric.update(logits.detach(), labels)
+        loss = self.criterion(logits, labels)  # int labels, or (B, K) class probabilities (Mixup/CutMix)
+        metric.update(logits.detach(), labels.argmax(dim=-1) if labels.is_floating_point() else labels)
         return loss
 
     def training_step(self, batch, batch_idx: int) -> torch.Tensor:

@@ -5,6 +5,7 @@ Commands:
     sweep                          run an ablation grid (reproductions/sweep.py): variant x seed runs
     report                         a sweep's table beside the paper and its figures (reproductions/report.py)
     analyze                        attention analyses of a checkpoint or timm ViT (reproductions/analyze.py)
+    data                           prepare image data ahead of time, show what is prepared (reproductions/data.py)
     bench                          benchmarks with ratios against peers run in the same process (reproductions/bench.py):
                                    trainer, vit, hybrid, data, bst, gpu
 
@@ -17,22 +18,22 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from importlib import import_module
 
 from reproductions.errors import argparse_errors, pop_debug_flag, run_command
 
-TOOLS = ("bench", "sweep", "report", "analyze")
+#: commands beside Lightning's (fit, validate, test, predict): name -> module with ``main(argv)``
+TOOLS = {
+    "bench": "reproductions.bench",
+    "sweep": "reproductions.sweep",
+    "report": "reproductions.report",
+    "analyze": "reproductions.analyze",
+    "data": "reproductions.data",
+}
 
 
 def _tool(name: str):
-    if name == "bench":
-        from reproductions.bench import main
-    elif name == "sweep":
-        from reproductions.sweep import main
-    elif name == "report":
-        from reproductions.report import main
-    else:
-        from reproductions.analyze import main
-    return main
+    return import_module(TOOLS[name]).main
 
 
 def dispatch(argv: Sequence[str], *, from_command_line: bool = False) -> int | None:

@@ -2,6 +2,7 @@
 reports ratios and writes its JSON; the references are what they claim to be. No timing assertions."""
 
 import json
+import math
 import statistics
 
 import pytest
@@ -141,7 +142,8 @@ def test_hybrid_benchmark_reads_the_configs_and_compares_layouts(tmp_path):
 # ------------------------------------------------------------------------------------------- data
 def test_data_benchmark_compares_loaders_with_model_steps(tmp_path, capsys):
     result = _run(tmp_path, "data", "--source", "digits", "--behavior-samples", "2000", "--batch-size", "8",
-                  "--data-steps", "2", *TINY_RUN)
+                  "--data-steps", "2", "--jpeg-images", "3", "--jpeg-size", "96x128", "--gpu-images-per-sec", "500",
+                  *TINY_RUN)
     for side, net in (("images", "models.vit.ViT"), ("behaviour", "models.ctr.BST")):
         r = result[side]
         assert r["net"] == net and r["batch_size"] == 8 and r["target"] == 2.0
@@ -150,8 +152,19 @@ def test_data_benchmark_compares_loaders_with_model_steps(tmp_path, capsys):
     aug = result["augmentation"]
     assert len(aug["before_images_per_sec"]) == len(aug["after_images_per_sec"]) >= 1
     assert aug["ratio"] == pytest.approx(statistics.median(aug["after_images_per_sec"]) / statistics.median(aug["before_images_per_sec"]))
+    jpeg = result["jpeg224"]  # decode + DeiT augmentation at 224 px, per core, both decoders; workers per GPU
+    assert jpeg["jpeg_size"] == [96, 128] and jpeg["images"] == 3
+    assert set(jpeg["per_core_median"]) == {
+        "torchvision decode_jpeg + DataModule augmentation (default)", "Pillow + DataModule augmentation",
+        "Pillow + timm create_transform (PIL pipeline)", "decode only: torchvision decode_jpeg", "decode only: Pillow"}
+    assert all(r > 0 for r in jpeg["per_core_median"].values()) and jpeg["pixel_mean_abs_diff"] < 1.0
+    workers = jpeg["workers"]["yours (--gpu-images-per-sec)"]
+    default = jpeg["per_core_median"][jpeg["default"]]
+    assert workers["images_per_sec"] == 500 and workers["workers_default"] == math.ceil(500 / default)
+    assert "RTX 3090" in jpeg["workers"] and jpeg["workers"]["RTX 3090"]["images_per_sec"] == 391.0
     out = capsys.readouterr().out
     assert "target >= 2x" in out and "batched CropFlip (after)" in out
+    assert "Loader worker cores one GPU training ViT-B/16" in out and "jpeg 224:" in out
 
 
 # ------------------------------------------------------------------------------------------- bst

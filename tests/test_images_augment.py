@@ -76,6 +76,9 @@ def test_build_augment_names_map_to_the_documented_pipeline(augment):
     if augment == "none":
         assert aug is None
         return
+    if augment == "random_resized_crop":  # the ImageNet recipe's crop, per image (tests/test_images_transforms.py)
+        assert aug.size == 28 and aug.rrc.scale == (0.08, 1.0)
+        return
     padding = (0, 0) if augment == "flip" else (3, 2)  # size // 8 per axis, at least 1
     assert (aug.crop_flip.pad_h, aug.crop_flip.pad_w) == padding
     policy = {"randaugment": "RandAugment", "autoaugment": "AutoAugment"}.get(augment)

@@ -234,7 +234,7 @@ def test_closed_choices_are_checked_when_the_config_is_parsed():
         assert all(repr(c) in str(error.value) for c in choices)
     plain = ArgumentParser()
     plain.add_class_arguments(ImageDataModule, "data")
-    assert "{none,flip,crop_flip,randaugment,autoaugment}" in plain.format_help()
+    assert "{none,flip,crop_flip,randaugment,autoaugment,random_resized_crop}" in plain.format_help()
 
 
 def test_closed_choices_given_in_python_fail_at_use(cache):

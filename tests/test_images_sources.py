@@ -214,7 +214,7 @@ def test_folder_errors_name_the_path(cache, tmp_path):
 
 
 def test_the_registry_resolves_named_sources_and_hub_names():
-    assert list(SOURCES) == ["digits", "fashion_mnist", "cifar10", "cifar100", "folder"]
+    assert list(SOURCES) == ["digits", "fashion_mnist", "cifar10", "cifar100", "folder", "imagenet"]
     assert resolve_source("digits") is SOURCES["digits"]
     hub = resolve_source("someone/pictures")
     assert hub.read.args == ("someone/pictures", None, None)  # columns found from the features
@@ -222,7 +222,7 @@ def test_the_registry_resolves_named_sources_and_hub_names():
     with pytest.raises(ValueError) as error:
         resolve_source("mnist")
     assert str(error.value) == (
-        "unknown source 'mnist': use one of digits, fashion_mnist, cifar10, cifar100, folder, or a hub dataset "
+        "unknown source 'mnist': use one of digits, fashion_mnist, cifar10, cifar100, folder, imagenet, or a hub dataset "
         "name 'owner/name'"
     )
 

@@ -13,9 +13,11 @@ import torch
 import torch.nn.functional as F
 from torchvision.transforms import v2
 
-Augmentation = Literal["none", "flip", "crop_flip", "randaugment", "autoaugment"]
+Augmentation = Literal["none", "flip", "crop_flip", "randaugment", "autoaugment", "random_resized_crop"]
 """``none``; ``flip`` (horizontal flip only); ``crop_flip`` (random crop with padding size/8 + flip);
-``randaugment`` / ``autoaugment`` (crop_flip, then RandAugment / AutoAugment with the CIFAR-10 policy)."""
+``randaugment`` / ``autoaugment`` (crop_flip, then RandAugment / AutoAugment with the CIFAR-10 policy);
+``random_resized_crop`` (the ImageNet recipe's RandomResizedCrop + flip, per image:
+``datamodules.images.transforms.RandomResizedCropFlip``)."""
 AUGMENTS: tuple[str, ...] = get_args(Augmentation)
 
 #: the per-image policy applied after the crop + flip, by augment name
@@ -85,12 +87,17 @@ class Augment:
         return f"Augment({self.crop_flip!r}, policy={self.policy!r})"
 
 
-def build_augment(augment: str, height: int, width: int) -> Augment | None:
-    """The training augmentation ``augment`` for uint8 images of ``height`` x ``width`` (None for ``none``)."""
+def build_augment(augment: str, height: int, width: int, interpolation: str = "bilinear") -> Callable | None:
+    """The training augmentation ``augment`` for uint8 images of ``height`` x ``width`` (None for ``none``);
+    ``random_resized_crop`` crops to ``height`` with ``interpolation``."""
     if augment not in AUGMENTS:
         raise ValueError(f"unknown augment {augment!r}: use one of {', '.join(AUGMENTS)}")
     if augment == "none":
         return None
+    if augment == "random_resized_crop":
+        from datamodules.images.transforms import RandomResizedCropFlip
+
+        return RandomResizedCropFlip(height, interpolation=interpolation)
     pad_h, pad_w = (0, 0) if augment == "flip" else (max(1, height // 8), max(1, width // 8))
     policy = POLICIES.get(augment)
     return Augment(CropFlip(height, width, pad_h=pad_h, pad_w=pad_w), policy() if policy is not None else None)

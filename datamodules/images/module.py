@@ -1,24 +1,38 @@
 """``ImageDataModule``: the LightningDataModule over every image source, from settings to loaders.
 
-``prepare_data`` reads the source (``sources``) and fills the caches (``cache``, ``pools``); ``setup`` builds
-the pools, the splits (``splits``), the normalisation and the augmentation (``augment``) into the torch
-datasets (``torch_datasets``); the loaders shuffle with ``SeededRandomSampler`` (``sampler``).
+``prepare_data`` reads the source (``sources``), preparing it once if needed (``prepared``: folders and hub
+datasets as memory-mapped Arrow files of encoded images; ``cache``: digits and Fashion-MNIST as uint8 arrays),
+and decodes what is held in memory (``pools``); ``setup`` opens them (warm: seconds, whatever the number of
+images), builds the splits (``splits``), the normalisation, the augmentation (``augment``, ``transforms``) and
+the torch datasets (``torch_datasets``); the loaders shuffle with ``SeededRandomSampler`` (``sampler``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import lightning as L
+import torch
+from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader, Dataset
 
 from datamodules.images.augment import Augmentation, build_augment
 from datamodules.images.cache import cache_root
-from datamodules.images.decode import ImageMode
-from datamodules.images.pools import Pools, load_pools
+from datamodules.images.decode import Decoder, ImageMode
+from datamodules.images.pools import InMemory, Pools, load_pools
+from datamodules.images.prepared import open_prepared
 from datamodules.images.sampler import SeededRandomSampler, run_seed
-from datamodules.images.sources import ReadOptions, SourceData, resolve_source
+from datamodules.images.sources import ReadOptions, SourceData, from_prepared, resolve_source
 from datamodules.images.splits import split_rows
+from datamodules.images.transforms import (
+    BatchMix,
+    EvalResize,
+    PolicyOnTensor,
+    random_erasing,
+    timm_policy,
+)
+
+Interpolation = Literal["bilinear", "bicubic"]
 
 
 class ImageDataModule(L.LightningDataModule):
@@ -44,8 +58,11 @@ class ImageDataModule(L.LightningDataModule):
             the whole train split.
         augment: ``none``, ``flip`` (horizontal flip only: no shift, so short runs are not slowed; the
             time-to-accuracy recipe), ``crop_flip`` (random crop with padding size/8 + horizontal flip), ``randaugment``
-            (crop_flip + RandAugment) or ``autoaugment`` (crop_flip + AutoAugment, CIFAR-10 policy).
-        image_size: resize images to ``image_size`` x ``image_size``; None keeps the native size.
+            (crop_flip + RandAugment) or ``autoaugment`` (crop_flip + AutoAugment, CIFAR-10 policy), or
+            ``random_resized_crop`` (the ImageNet recipe: timm's RandomResizedCrop of 8-100% of the area to
+            ``image_size`` + horizontal flip, from each image at its native size).
+        image_size: resize images to ``image_size`` x ``image_size`` (with ``random_resized_crop`` /
+            ``eval_crop_fraction``: the size of the crops); None keeps the native size.
         split_seed: seed of the test hold-out, the train/val split and the subset order; independent of the
             training seed so every training seed sees the same split.
         mean: per-channel mean in [0, 1] units used to normalise; None computes it from the train split
@@ -57,9 +74,32 @@ class ImageDataModule(L.LightningDataModule):
             images are all grayscale, else ``RGB``.
         cache_dir: root of the datasets caches (default: ``$HF_DATASETS_CACHE``, else
             ``~/.cache/huggingface/datasets``); converted local files go to its ``attention-repro/`` folder.
-        max_in_memory_bytes: datasets whose uint8 pixels (all splits) fit in this many bytes are held in
-            memory; larger hub/folder datasets are decoded lazily per sample.
-        pin_memory: pin loader memory (worth it when training on a GPU).
+        max_in_memory_bytes: with ``in_memory=auto``, datasets whose uint8 pixels (all splits) fit in this many
+            bytes are held in memory; larger hub/folder datasets are decoded per sample in the loader workers.
+        pin_memory: pin loader memory; None: when training on a CUDA device.
+        in_memory: ``auto`` (hold decoded uint8 images in memory where they fit: digits, Fashion-MNIST,
+            CIFAR-sized data; decode per sample otherwise; the choice and its reason are printed in one line),
+            ``true`` or ``false``.
+        decoder: ``torchvision`` (libjpeg-turbo/libpng straight into a tensor; Pillow for other formats; the
+            faster, measured by ``bench data``) or ``pil``.
+        skip_bad_images: when preparing, leave out files that cannot be decoded (counted and printed; listed in
+            the manifest) instead of stopping with an error naming the first.
+        prepared: a prepared directory (``python -m reproductions data prepare`` prints it) to open instead of
+            reading the source: e.g. a copy on a node's local disk; ``data_dir`` is then not needed.
+        prepare_workers: processes that prepare and decode (None: every core this process may use).
+        auto_augment: a timm augmentation policy applied after the crop and flip, e.g. DeiT's
+            ``rand-m9-mstd0.5-inc1`` (RandAugment); None: none.
+        random_erasing: probability of timm's random erasing (per-pixel noise in one box) of a training image
+            after normalisation (DeiT: 0.25); 0 disables it.
+        mixup_alpha: timm Mixup's alpha (DeiT: 0.8); with ``cutmix_alpha``, batches are mixed and the training
+            targets become class probabilities (B, num_classes). 0 and 0 disable mixing.
+        cutmix_alpha: timm CutMix's alpha (DeiT: 1.0).
+        mix_prob: probability that a batch is mixed (DeiT: 1.0).
+        mix_switch_prob: probability of CutMix rather than Mixup when both are on (DeiT: 0.5).
+        eval_crop_fraction: evaluation geometry: resize the shorter side to ``image_size / eval_crop_fraction``,
+            then take the centre ``image_size`` crop (ImageNet: 0.875, 224 from 256); None: resize to
+            ``image_size`` x ``image_size``.
+        interpolation: ``bilinear`` or ``bicubic`` (DeiT), for the crops and resizes of encoded images.
     """
 
     def __init__(
@@ -82,17 +122,41 @@ class ImageDataModule(L.LightningDataModule):
         image_mode: ImageMode | None = None,
         cache_dir: str | None = None,
         max_in_memory_bytes: int = 2_000_000_000,
-        pin_memory: bool = False,
+        pin_memory: bool | None = None,
+        in_memory: InMemory = "auto",
+        decoder: Decoder = "torchvision",
+        skip_bad_images: bool = False,
+        prepared: str | None = None,
+        prepare_workers: int | None = None,
+        auto_augment: str | None = None,
+        random_erasing: float = 0.0,
+        mixup_alpha: float = 0.0,
+        cutmix_alpha: float = 0.0,
+        mix_prob: float = 1.0,
+        mix_switch_prob: float = 0.5,
+        eval_crop_fraction: float | None = None,
+        interpolation: Interpolation = "bilinear",
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
         source = source.strip()
-        resolve_source(source).check(data_dir)
+        self.cache_dir = cache_dir
+        self.data_dir = data_dir
+        self.image_column = image_column
+        self.label_column = label_column
+        self.skip_bad_images = skip_bad_images
+        self.prepare_workers = prepare_workers
+        self.prepared = prepared
+        if prepared is None:
+            resolve_source(source).check(self._options())
+        elif not (open_prepared(prepared).path / "manifest.json").is_file():  # pragma: no cover (open raises)
+            raise FileNotFoundError(prepared)
         _check_numbers(val_fraction, test_fraction, batch_size, eval_batch_size, num_workers, train_samples,
                        image_size, mean, std)  # fmt: skip
+        _check_recipe(augment, image_size, random_erasing, mixup_alpha, cutmix_alpha, mix_prob, mix_switch_prob,
+                      eval_crop_fraction, in_memory)  # fmt: skip
 
         self.source = source
-        self.data_dir = data_dir
         self.batch_size = batch_size
         self.eval_batch_size = eval_batch_size if eval_batch_size is not None else batch_size
         self.num_workers = num_workers
@@ -104,12 +168,17 @@ class ImageDataModule(L.LightningDataModule):
         self.split_seed = split_seed
         self.mean = list(mean) if mean is not None else None
         self.std = list(std) if std is not None else None
-        self.image_column = image_column
-        self.label_column = label_column
         self.image_mode = image_mode
-        self.cache_dir = cache_dir
         self.max_in_memory_bytes = max_in_memory_bytes
         self.pin_memory = pin_memory
+        self.in_memory_setting = in_memory
+        self.decoder = decoder
+        self.auto_augment = auto_augment
+        self.random_erasing = random_erasing
+        self.mixup_alpha, self.cutmix_alpha = mixup_alpha, cutmix_alpha
+        self.mix_prob, self.mix_switch_prob = mix_prob, mix_switch_prob
+        self.eval_crop_fraction = eval_crop_fraction
+        self.interpolation = interpolation
 
         self.world_size = 1
         self.per_device_batch_size = batch_size
@@ -121,21 +190,28 @@ class ImageDataModule(L.LightningDataModule):
         self.val_dataset: Dataset | None = None
         self.test_dataset: Dataset | None = None
         self.in_memory: bool | None = None
+        self.prepared_path: str | None = None
         self._origin = self._test_origin = None
+        self._data: SourceData | None = None
+        self._reason_shown = False
 
     # ---------------------------------------------------------------------------------------------- Lightning
 
     def prepare_data(self) -> None:
-        """Fill the caches (convert local files, download hub data, decode images); runs on rank 0 only."""
+        """Prepare the data once (convert local files, download and verify hub data, prepare folders, decode what
+        is held in memory); runs on local rank 0 only."""
         self._pools(self._read(), keep=False)
 
     def setup(self, stage: str | None = None) -> None:
-        """Load the data from the caches, build the splits and datasets (idempotent; runs on every rank)."""
+        """Open the prepared data, build the splits and datasets (idempotent; runs on every rank)."""
         self._set_batch_sizes()
         if self.train_dataset is not None:
             return
         data = self._read()
         pools = self._pools(data, keep=True)
+        if not self._reason_shown:
+            rank_zero_info(f"[data] {self.source}: {pools.reason}" + self._workers_note(pools))
+            self._reason_shown = True
         self.class_names = list(data.class_names)
         self.num_classes = len(self.class_names)
         self._origin, self._test_origin = data.origin, data.test_origin
@@ -146,18 +222,48 @@ class ImageDataModule(L.LightningDataModule):
             num_classes=self.num_classes, class_names=self.class_names, split_seed=self.split_seed,
         )  # fmt: skip
         channels, height, width = self.input_shape
+        train_transform, eval_transform = self._transforms(pools)
         if self.mean is None:
-            self.mean, self.std = pools.stats(pools.train, rows.train, self.split_seed)
+            self.mean, self.std = pools.stats(pools.train, rows.train, self.split_seed, eval_transform)
         if len(self.mean) != channels:
             raise ValueError(
                 f"mean={self.mean} and std={self.std} have {len(self.mean)} values but the images have "
                 f"{channels} channel(s)"
             )
-        augment = build_augment(self.augment, height, width)
+        if self.auto_augment and train_transform is not None:
+            policy = PolicyOnTensor(timm_policy(self.auto_augment, height, tuple(self.mean) * (3 // channels),
+                                                self.interpolation))  # fmt: skip
+            train_transform = _then(train_transform, policy)
+        erase = random_erasing(self.random_erasing)
+        mix = None
+        if self.mixup_alpha > 0 or self.cutmix_alpha > 0:
+            mix = BatchMix(self.num_classes, self.mixup_alpha, self.cutmix_alpha, self.mix_prob, self.mix_switch_prob)
         test_pool = pools.train if rows.test_from_train else pools.test
-        self.train_dataset = pools.dataset(pools.train, rows.subset, self.mean, self.std, augment)
-        self.val_dataset = pools.dataset(pools.train, rows.val, self.mean, self.std)
-        self.test_dataset = pools.dataset(test_pool, rows.test, self.mean, self.std)
+        self.train_dataset = pools.dataset(pools.train, rows.subset, self.mean, self.std, train_transform, erase, mix)
+        self.val_dataset = pools.dataset(pools.train, rows.val, self.mean, self.std, eval_transform)
+        self.test_dataset = pools.dataset(test_pool, rows.test, self.mean, self.std, eval_transform)
+
+    def _transforms(self, pools: Pools):
+        """(training transform, evaluation transform) of uint8 images as the pools store them."""
+        _, height, width = self.input_shape
+        augment = build_augment(self.augment, height, width, self.interpolation)
+        at_input = pools.stored_shape == self.input_shape and self.eval_crop_fraction is None
+        if at_input and self.augment != "random_resized_crop":
+            # held in memory at the input size: evaluation needs nothing, training the augment (batched)
+            return augment, None
+        eval_transform = None if at_input else EvalResize(self.image_size, self.eval_crop_fraction, self.interpolation)
+        if self.augment == "random_resized_crop":  # crops each image at its native size
+            return augment, eval_transform
+        return (_then(eval_transform, augment) if augment is not None else eval_transform), eval_transform
+
+    def _native(self) -> bool:
+        """Whether the recipe crops each image at its native size."""
+        return self.augment == "random_resized_crop" or self.eval_crop_fraction is not None
+
+    def _workers_note(self, pools: Pools) -> str:
+        if pools.in_memory or self.num_workers > 0:
+            return f"; {self.num_workers} loader workers per device" if not pools.in_memory else ""
+        return "; num_workers=0: decoding runs in the training process, set data.num_workers to use more cores"
 
     def train_dataloader(self) -> DataLoader:
         dataset = self._require("train_dataset")
@@ -199,18 +305,48 @@ class ImageDataModule(L.LightningDataModule):
             "mean": list(self.mean),
             "std": list(self.std),
             "in_memory": self.in_memory,
+            "prepared": self.prepared_path,
+            "decoder": self.decoder,
+            "auto_augment": self.auto_augment,
+            "random_erasing": self.random_erasing,
+            "mixup_alpha": self.mixup_alpha,
+            "cutmix_alpha": self.cutmix_alpha,
+            "eval_crop_fraction": self.eval_crop_fraction,
         }
 
     # ---------------------------------------------------------------------------------------------- loading
 
-    def _read(self) -> SourceData:
-        """The source as Hugging Face datasets (train, optional test), from the caches."""
-        options = ReadOptions(self.data_dir, cache_root(self.cache_dir), self.image_column, self.label_column)
-        return resolve_source(self.source).read(options)
+    def _options(self, refresh: bool = False) -> ReadOptions:
+        return ReadOptions(self.data_dir, cache_root(self.cache_dir), self.image_column, self.label_column,
+                           self.skip_bad_images, self.prepare_workers, refresh)  # fmt: skip
+
+    def _read(self, refresh: bool = False) -> SourceData:
+        """The source as Hugging Face datasets (train, optional test), prepared once, then opened memory-mapped
+        (the first read of this object is kept for the second: prepare_data and setup read once)."""
+        if self._data is not None and not refresh:
+            return self._data
+        if self.prepared is not None:
+            data = from_prepared(open_prepared(self.prepared), None, None, self._options())
+        else:
+            data = resolve_source(self.source).read(self._options(refresh))
+        if data.prepared is not None:
+            self.prepared_path = str(data.prepared.path)
+        self._data = data
+        return data
+
+    def prepare(self, refresh: bool = True) -> SourceData:
+        """Prepare the source now (``refresh``: fingerprint a folder's every file, not only its directories) and
+        decode what ``in_memory`` holds in memory; for ``python -m reproductions data prepare``."""
+        data = self._read(refresh=refresh)
+        pools = self._pools(data, keep=False)
+        print(f"[data] {self.source}: {pools.reason}", flush=True)
+        return data
 
     def _pools(self, data: SourceData, keep: bool) -> Pools:
         pools = load_pools(data, image_size=self.image_size, image_mode=self.image_mode,
-                           max_in_memory_bytes=self.max_in_memory_bytes, keep=keep)  # fmt: skip
+                           max_in_memory_bytes=self.max_in_memory_bytes, in_memory=self.in_memory_setting,
+                           native_needed=self._native(), decoder=self.decoder, workers=self.prepare_workers,
+                           keep=keep)  # fmt: skip
         self.in_memory = pools.in_memory
         if pools.input_shape is not None:
             self.input_shape = pools.input_shape
@@ -232,9 +368,14 @@ class ImageDataModule(L.LightningDataModule):
         self.per_device_eval_batch_size = self.eval_batch_size // self.world_size
 
     def _loader_kwargs(self) -> dict[str, Any]:
+        pin = self.pin_memory
+        if pin is None:  # pinned host memory when training on a CUDA device
+            trainer = getattr(self, "trainer", None)
+            root = getattr(getattr(trainer, "strategy", None), "root_device", None)
+            pin = root is not None and root.type == "cuda" and torch.cuda.is_available()
         return {
             "num_workers": self.num_workers,
-            "pin_memory": self.pin_memory,
+            "pin_memory": pin,
             "persistent_workers": self.num_workers > 0,
         }
 
@@ -248,6 +389,39 @@ class ImageDataModule(L.LightningDataModule):
         if value is None:
             raise RuntimeError(f"{type(self).__name__}.{attribute} is not built yet: call prepare_data() and setup()")
         return value
+
+
+def _then(first, second):
+    """``second(first(x))``; keeps ``first``'s name in ``repr``."""
+    return _Then(first, second)
+
+
+class _Then:
+    def __init__(self, first, second) -> None:
+        self.first, self.second = first, second
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.second(self.first(x))
+
+    def __repr__(self) -> str:
+        return f"{self.first!r} -> {self.second!r}"
+
+
+def _check_recipe(augment: str, image_size: int | None, random_erasing: float, mixup_alpha: float,
+                  cutmix_alpha: float, mix_prob: float, mix_switch_prob: float, eval_crop_fraction: float | None,
+                  in_memory: Any) -> None:  # fmt: skip
+    """The range checks of the ImageNet-recipe settings."""
+    if eval_crop_fraction is not None and (image_size is None or not 0.0 < eval_crop_fraction <= 1.0):
+        raise ValueError(f"eval_crop_fraction={eval_crop_fraction} must be in (0, 1] (e.g. 0.875) and needs image_size")
+    if not 0.0 <= random_erasing <= 1.0:
+        raise ValueError(f"random_erasing={random_erasing} must be a probability in [0, 1], e.g. 0.25")
+    if mixup_alpha < 0 or cutmix_alpha < 0:
+        raise ValueError(f"mixup_alpha={mixup_alpha} and cutmix_alpha={cutmix_alpha} must be >= 0 (0 disables)")
+    for name, value in (("mix_prob", mix_prob), ("mix_switch_prob", mix_switch_prob)):
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"{name}={value} must be a probability in [0, 1]")
+    if in_memory not in ("auto", True, False):
+        raise ValueError(f"in_memory={in_memory!r} must be auto, true or false")
 
 
 def _check_numbers(

@@ -9,11 +9,18 @@ Named sources (``SOURCES``):
   dataset ``zalando-datasets/fashion_mnist``. Official 60k/10k split.
 - ``cifar10`` / ``cifar100``: the hub datasets ``uoft-cs/cifar10`` / ``uoft-cs/cifar100`` (fine labels).
 - ``folder``: a local image folder (``data_dir/<class>/<image>``, optionally with ``train/`` and ``test/`` (or
-  ``val/``) levels above the class folders), read with ``datasets.load_dataset("imagefolder")``.
+  ``val/``) levels above the class folders), prepared once into Arrow files of the encoded images
+  (``datamodules.images.prepared``).
+- ``imagenet``: ImageNet-1k (1000 classes): a folder ``data_dir`` with ``train/<wnid>/*.JPEG`` and
+  ``val/<wnid>/*.JPEG``, or, without ``data_dir``, the gated hub dataset ``ILSVRC/imagenet-1k`` (its
+  ``validation`` split is the test set: its ``test`` split has no labels). Without a hub token the hub path
+  fails at construction, in one line saying how to log in (unless it is prepared locally already).
 
 Any other name of the form ``owner/name`` is a hub dataset (``resolve_source``): image column = first
 ``Image`` column, label column = first ``ClassLabel`` column, unless ``image_column`` / ``label_column`` say
-otherwise. Reading a source gives ``SourceData``: its train and optional test split as ``datasets``.
+otherwise. Hub datasets are prepared too (their images verified once, their Arrow files referenced, not
+copied), so later runs open them without the network. Reading a source gives ``SourceData``: its train and
+optional test split as ``datasets``.
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ import datasets
 from datamodules.images import arrow
 from datamodules.images.cache import cached_arrays
 from datamodules.images.hub import HubDatasetUnavailableError, load_hub_dataset
+from datamodules.images.listing import IMAGE_EXTENSIONS, is_image_name
+from datamodules.images.prepared import Prepared, is_prepared_hub, open_folder, open_hub, read_index
 from datamodules.images.readers import (
     FASHION_MNIST_CLASSES,
     FASHION_MNIST_FILES,
@@ -43,7 +52,9 @@ log = logging.getLogger(__name__)
 
 FASHION_MNIST_HUB = ("zalando-datasets/fashion_mnist", "image", "label")
 FASHION_MNIST_DEBIAN_DIR = "/usr/share/datasets/fashion-mnist"  # Debian/Ubuntu package `dataset-fashion-mnist`
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".pbm")
+IMAGENET_HUB = "ILSVRC/imagenet-1k"
+GATED_DATASETS = frozenset({IMAGENET_HUB})
+"""Hub datasets known to need an accepted licence and a token (any other gated one is recognised when loading)."""
 
 
 @dataclass
@@ -57,6 +68,7 @@ class SourceData:
     class_names: list[str]
     origin: str  # where it was read from (a path, a hub name)
     test_origin: str  # "official <split>" or "held out"
+    prepared: Prepared | None = None  # encoded images (folders, hub): their prepared dataset
 
 
 @dataclass(frozen=True)
@@ -67,18 +79,21 @@ class ReadOptions:
     cache_root: Path
     image_column: str | None = None
     label_column: str | None = None
+    skip_bad_images: bool = False
+    workers: int | None = None  # processes that prepare (None: all cores)
+    refresh: bool = False  # walk a folder (fingerprint every file) even when its directory stamp is unchanged
 
 
-def _no_check(data_dir: str | None) -> None:
+def _no_check(options: ReadOptions) -> None:
     pass
 
 
 @dataclass(frozen=True)
 class Source:
-    """One source: ``check(data_dir)`` validates its settings at construction, ``read(options)`` loads it."""
+    """One source: ``check(options)`` validates its settings at construction, ``read(options)`` loads it."""
 
     read: Callable[[ReadOptions], SourceData]
-    check: Callable[[str | None], None] = _no_check
+    check: Callable[[ReadOptions], None] = _no_check
 
 
 # ---------------------------------------------------------------------------------------------------- readers
@@ -137,7 +152,7 @@ def read_fashion_mnist(options: ReadOptions) -> SourceData:
     looked = "; ".join(str(c) for c in candidates)
     log.warning("Fashion-MNIST idx files not found in %s; trying the hub dataset %s", looked, name)
     try:
-        dd = load_hub_dataset(name, options.cache_root)
+        return read_hub(name, image_column, label_column, options)
     except HubDatasetUnavailableError as e:
         wanted = ", ".join(f"{n}.gz" for names in FASHION_MNIST_FILES.values() for n in names)
         raise FileNotFoundError(
@@ -147,20 +162,91 @@ def read_fashion_mnist(options: ReadOptions) -> SourceData:
             "or set DATA_DIR or data_dir to a directory holding the four idx .gz files, or run once with "
             "network access to fill the hub cache."
         ) from e
-    return from_dataset_dict(dd, name, image_column, label_column, options)
 
 
-def read_folder(options: ReadOptions) -> SourceData:
-    """An image folder through ``datasets``' ``imagefolder`` builder (cached)."""
-    path = Path(options.data_dir).expanduser().resolve()
-    dd = datasets.load_dataset("imagefolder", data_dir=str(path), cache_dir=str(options.cache_root))
-    return from_dataset_dict(dd, str(path), "image", "label", options)
+def read_folder(options: ReadOptions, source: str = "folder") -> SourceData:
+    """An image folder, prepared once (``datamodules.images.prepared``), opened memory-mapped."""
+    prepared = open_folder(options.data_dir, options.cache_root, workers=options.workers,
+                           skip_bad_images=options.skip_bad_images, refresh=options.refresh, source=source)  # fmt: skip
+    return from_prepared(prepared, None, None, options)
 
 
-def read_hub(name: str, image_column: str | None, label_column: str | None, options: ReadOptions) -> SourceData:
-    """A hub dataset; ``image_column``/``label_column``: its columns (None: found from the features)."""
-    dd = load_hub_dataset(name, options.cache_root)
-    return from_dataset_dict(dd, name, image_column, label_column, options)
+def read_hub(name: str, image_column: str | None, label_column: str | None, options: ReadOptions,
+             test_split: str | None = None) -> SourceData:  # fmt: skip
+    """A hub dataset, prepared once; ``image_column``/``label_column``: its columns (None: found from the
+    features); ``test_split``: the split used as the test set (None: ``test``, else ``validation``)."""
+
+    def load() -> datasets.DatasetDict:
+        try:
+            return load_hub_dataset(name, options.cache_root)
+        except Exception as e:  # a gated dataset without an accepted licence or a token: say so in one line
+            if _is_gated_error(e):
+                raise GatedDatasetError(gated_message(name)) from None
+            raise
+
+    def choose(dd: datasets.DatasetDict) -> tuple[dict[str, str], str, str]:
+        return choose_splits(dd, name, options.image_column or image_column, options.label_column or label_column,
+                             test_split)  # fmt: skip
+
+    identity = f"{options.image_column or image_column}:{test_split}"
+    prepared = open_hub(name, load, choose, options.cache_root, workers=options.workers,
+                        skip_bad_images=options.skip_bad_images, refresh=options.refresh,
+                        identity_extra=identity)  # fmt: skip
+    return from_prepared(prepared, image_column, label_column, options)
+
+
+# ---------------------------------------------------------------------------------------------------- ImageNet
+
+
+class GatedDatasetError(PermissionError):
+    """A gated hub dataset and no token: the message says how to log in."""
+
+
+def gated_message(name: str) -> str:
+    return (
+        f"hub dataset {name!r} is gated: accept its terms at https://huggingface.co/datasets/{name} and log in "
+        "(`hf auth login`, formerly `huggingface-cli login`, or set HF_TOKEN), or prepare it where you can "
+        "(`python -m reproductions data prepare --source ...`), or use the folder layout (--data.data_dir with "
+        "train/<wnid>/ and val/<wnid>/)"
+    )
+
+
+def _is_gated_error(error: BaseException) -> bool:
+    import huggingface_hub.errors as hf_errors
+
+    chain: BaseException | None = error
+    while chain is not None:
+        if isinstance(chain, (hf_errors.GatedRepoError,)) or "gated" in str(chain).lower():
+            return True
+        chain = chain.__cause__ or chain.__context__
+    return False
+
+
+def check_hub_access(name: str, options: ReadOptions, identity: str) -> None:
+    """A known gated dataset that is not prepared here needs a token: fail now, in one line, before training."""
+    if name not in GATED_DATASETS:
+        return
+    import huggingface_hub
+
+    if huggingface_hub.get_token() is None and not is_prepared_hub(name, options.cache_root, identity):
+        raise GatedDatasetError(gated_message(name))
+
+
+def read_imagenet(options: ReadOptions) -> SourceData:
+    """ImageNet-1k: the folder ``data_dir`` (``train/<wnid>/``, ``val/<wnid>/``), else the hub ``ILSVRC/imagenet-1k``."""
+    if options.data_dir is not None:
+        return read_folder(options, source="imagenet")
+    return read_hub(IMAGENET_HUB, "image", "label", options, test_split="validation")
+
+
+def check_imagenet(options: ReadOptions) -> None:
+    if options.data_dir is not None:
+        check_image_folder(options)
+        return
+    check_hub_access(IMAGENET_HUB, options, f"{options.image_column or 'image'}:validation")
+
+
+# ---------------------------------------------------------------------------------------------------- columns
 
 
 def _find_columns(
@@ -182,18 +268,55 @@ def _find_columns(
     return image_column, label_column
 
 
+def choose_splits(dd: datasets.DatasetDict, origin: str, image_column: str | None, label_column: str | None,
+                  test_split: str | None = None) -> tuple[dict[str, str], str, str]:  # fmt: skip
+    """({"train": "train", "test": its test split}, image column, test origin) of a hub DatasetDict.
+
+    The test split: ``test_split`` if given, else ``test``, else ``validation``; a split whose labels are all
+    negative (unlabelled, as ImageNet's hub ``test``) is passed over.
+    """
+    if "train" not in dd:
+        raise ValueError(f"{origin} has no 'train' split (splits: {list(dd)})")
+    image_column, label_column = _find_columns(dd["train"].features, origin, image_column, label_column)
+    candidates = [test_split] if test_split else ["test", "validation"]
+    chosen = None
+    for name in candidates:
+        if name in dd and (len(dd[name]) == 0 or arrow.label_column(dd[name], label_column).max(initial=-1) >= 0):
+            chosen = name
+            break
+    if test_split and chosen is None:
+        raise ValueError(f"{origin} has no labelled {test_split!r} split (splits: {list(dd)})")
+    splits = {"train": "train", **({"test": chosen} if chosen else {})}
+    return splits, image_column, f"official {chosen}" if chosen else "held out"
+
+
+def from_prepared(prepared: Prepared, image_column: str | None, label_column: str | None,
+                  options: ReadOptions) -> SourceData:  # fmt: skip
+    """A prepared dataset's train and test splits, their columns and class names."""
+    manifest = prepared.manifest
+    train = prepared.split("train")
+    test = prepared.split("test") if "test" in manifest["splits"] else None
+    image_column = manifest.get("image_column") or options.image_column or image_column
+    label_column = options.label_column or label_column or manifest.get("label_column")
+    data = _with_columns(train, test, manifest["origin"], image_column, label_column, manifest["test_origin"])
+    data.prepared = prepared
+    return data
+
+
 def from_dataset_dict(
     dd: datasets.DatasetDict, origin: str, image_column: str | None, label_column: str | None, options: ReadOptions
 ) -> SourceData:
     """The train split and the test (else validation) split of ``dd``, their columns and class names."""
-    if "train" not in dd:
-        raise ValueError(f"{origin} has no 'train' split (splits: {list(dd)})")
-    train = dd["train"]
-    test_split = next((s for s in ("test", "validation") if s in dd), None)
-    test = dd[test_split] if test_split else None
-    image_column, label_column = _find_columns(
-        train.features, origin, options.image_column or image_column, options.label_column or label_column
-    )
+    splits, _, test_origin = choose_splits(dd, origin, options.image_column or image_column,
+                                           options.label_column or label_column)  # fmt: skip
+    test = dd[splits["test"]] if "test" in splits else None
+    return _with_columns(dd["train"], test, origin, options.image_column or image_column,
+                         options.label_column or label_column, test_origin)  # fmt: skip
+
+
+def _with_columns(train: datasets.Dataset, test: datasets.Dataset | None, origin: str, image_column: str | None,
+                  label_column: str | None, test_origin: str) -> SourceData:  # fmt: skip
+    image_column, label_column = _find_columns(train.features, origin, image_column, label_column)
     label_feature = train.features[label_column]
     if isinstance(label_feature, datasets.ClassLabel):
         class_names = list(label_feature.names)
@@ -202,16 +325,17 @@ def from_dataset_dict(
         class_names = [str(i) for i in range(top + 1)]
     else:
         raise ValueError(f"{origin}: label column {label_column!r} is {label_feature}, not integer class labels")
-    return SourceData(train, test, image_column, label_column, class_names, origin,
-                      f"official {test_split}" if test_split else "held out")  # fmt: skip
+    return SourceData(train, test, image_column, label_column, class_names, origin, test_origin)
 
 
 
 # ---------------------------------------------------------------------------------------------------- checks
 
 
-def check_image_folder(data_dir: str | None) -> None:
-    """``folder`` needs ``data_dir``: an existing directory with at least one image below it."""
+def check_image_folder(options: ReadOptions) -> None:
+    """``folder`` needs ``data_dir``: an existing directory with at least one image below it (not looked for
+    when the folder is prepared already: a warm start lists nothing under ``data_dir``)."""
+    data_dir = options.data_dir
     if data_dir is None:
         raise ValueError("source='folder' needs data_dir=<directory with one sub-folder of images per class>")
     path = Path(data_dir).expanduser()
@@ -220,8 +344,10 @@ def check_image_folder(data_dir: str | None) -> None:
             f"data_dir {str(path)!r} does not exist or is not a directory: source='folder' needs a directory "
             "with one sub-folder of images per class (optionally under train/ and test/)"
         )
-    for _, _, files in os.walk(path):
-        if any(f.lower().endswith(IMAGE_EXTENSIONS) for f in files):
+    if read_index(options.cache_root, f"folder:{path.resolve()}") is not None:
+        return
+    for _, _, files in os.walk(path):  # stops at the first folder holding an image
+        if any(is_image_name(f) for f in files):
             return
     raise FileNotFoundError(
         f"no images ({', '.join(IMAGE_EXTENSIONS)}) found under data_dir {str(path)!r}: source='folder' needs "
@@ -229,8 +355,9 @@ def check_image_folder(data_dir: str | None) -> None:
     )
 
 
-def check_fashion_dir(data_dir: str | None) -> None:
+def check_fashion_dir(options: ReadOptions) -> None:
     """``fashion_mnist``: a given ``data_dir`` must exist (unset: the default places are searched)."""
+    data_dir = options.data_dir
     if data_dir is not None and not Path(data_dir).expanduser().is_dir():
         raise FileNotFoundError(
             f"data_dir={data_dir!r} does not exist: point it at the directory holding the Fashion-MNIST idx "
@@ -243,7 +370,12 @@ def check_fashion_dir(data_dir: str | None) -> None:
 
 def hub_source(name: str, image_column: str | None = None, label_column: str | None = None) -> Source:
     """A hub dataset ``owner/name`` as a source (columns None: found from its features)."""
-    return Source(partial(read_hub, name, image_column, label_column))
+    check = partial(_check_hub, name, image_column)
+    return Source(partial(read_hub, name, image_column, label_column), check)
+
+
+def _check_hub(name: str, image_column: str | None, options: ReadOptions) -> None:
+    check_hub_access(name, options, f"{options.image_column or image_column}:None")
 
 
 SOURCES: Mapping[str, Source] = MappingProxyType({
@@ -252,6 +384,7 @@ SOURCES: Mapping[str, Source] = MappingProxyType({
     "cifar10": hub_source("uoft-cs/cifar10", "img", "label"),
     "cifar100": hub_source("uoft-cs/cifar100", "img", "fine_label"),
     "folder": Source(read_folder, check_image_folder),
+    "imagenet": Source(read_imagenet, check_imagenet),
 })  # fmt: skip
 """The named sources; any other name containing a ``/`` is a hub dataset (see ``resolve_source``)."""
 

@@ -175,20 +175,21 @@ def split_rows(
     return SplitRows(train_rows, subset_rows, val_rows, test_rows, test_from_train=test_labels is None)
 
 
-def channel_stats(images: torch.Tensor, rows: torch.Tensor, chunk: int = 4096) -> tuple[list[float], list[float]]:
-    """Per-channel mean and std of ``images[rows] / 255`` (uint8 N, C, H, W), accumulated in float64."""
+def channel_stats(images: torch.Tensor, rows: torch.Tensor, chunk: int = 16384) -> tuple[list[float], list[float]]:
+    """Per-channel mean and std of ``images[rows] / 255`` (uint8 N, C, H, W), exact: from each channel's histogram
+    of the 256 values (one ``bincount`` per chunk and channel, ~10x faster than summing squares in float64)."""
     channels = images.shape[1]
-    total = torch.zeros(channels, dtype=torch.float64)
-    total_sq = torch.zeros(channels, dtype=torch.float64)
-    count = 0
+    counts = torch.zeros(channels, 256, dtype=torch.int64)
     for start in range(0, len(rows), chunk):
-        x = images[rows[start : start + chunk]].to(torch.float64) / 255.0
-        total += x.sum(dim=(0, 2, 3))
-        total_sq += x.square().sum(dim=(0, 2, 3))
-        count += x.shape[0] * x.shape[2] * x.shape[3]
-    if count == 0:
+        x = images[rows[start : start + chunk]]
+        for c in range(channels):
+            counts[c] += torch.bincount(x[:, c].reshape(-1), minlength=256)
+    total = int(counts[0].sum()) if channels else 0
+    if total == 0:
         return [0.5] * channels, [0.5] * channels
-    mean = total / count
-    std = (total_sq / count - mean.square()).clamp_min(0).sqrt()
+    values = torch.arange(256, dtype=torch.float64) / 255.0
+    freq = counts.to(torch.float64) / total
+    mean = freq @ values
+    std = (freq @ values.square() - mean.square()).clamp_min(0).sqrt()
     std = torch.where(std > 1e-6, std, torch.ones_like(std))  # a constant channel: leave its scale alone
     return mean.tolist(), std.tolist()

@@ -1,13 +1,17 @@
-"""The torch datasets served to the loaders: an in-memory uint8 tensor, or a dataset decoded per sample.
+"""The torch datasets served to the loaders: an in-memory uint8 tensor, or encoded images decoded per sample.
 
 Both turn uint8 pixels into normalised float32 (``(x / 255 - mean) / std`` as one multiply-subtract) after
-the training augmentation. ``InMemoryImages.__getitems__`` serves a whole batch at once: without
-augmentation one tensor index, with it one batched ``Augment`` call.
+the per-image transform (training augmentation, or evaluation geometry), then apply the optional random
+erasing per image and the label mixing per batch (soft (B, K) targets). ``__getitems__`` serves a whole batch
+at once: in memory without a transform one tensor index, with ``Augment`` one batched call; encoded images
+are decoded one by one (in the DataLoader workers). A batch's random draws are a function of (run seed, the
+batch's rows) only (``seeded``), so a resumed run augments exactly as an uninterrupted one.
 """
 
 from __future__ import annotations
 
 import contextlib
+import random
 from collections.abc import Callable, Iterator, Sequence
 
 import datasets
@@ -15,8 +19,10 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from datamodules.images.decode import decode_image
+from datamodules.images.decode import decode_bytes, image_bytes
 from datamodules.images.sampler import run_seed
+
+Mix = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
 
 @contextlib.contextmanager
@@ -38,6 +44,36 @@ def _one_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
+@contextlib.contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Seed torch's, Python's and numpy's global generators (timm's transforms draw from all three) for the
+    block, restoring their states afterwards."""
+    py_state, np_state = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        try:
+            yield
+        finally:
+            random.setstate(py_state)
+            np.random.set_state(np_state)
+
+
+def batch_seed(rows: Sequence[int]) -> int:
+    """The seed of a batch: a function of the run seed and the batch's rows."""
+    return hash((run_seed(), tuple(int(r) for r in rows))) & 0x7FFF_FFFF_FFFF_FFFF
+
+
+def _finish(x: torch.Tensor, labels: torch.Tensor, erase: Callable | None, mix: Mix | None) -> list[tuple]:
+    """Random erasing per image, mixing per batch, then the (image, target) pairs of the batch."""
+    if erase is not None:
+        x = torch.stack([erase(image) for image in x.unbind(0)]) if len(x) else x
+    if mix is not None:
+        x, labels = mix(x, labels)
+    return list(zip(x.unbind(0), labels.unbind(0), strict=True))
+
+
 def _normaliser(mean: Sequence[float], std: Sequence[float]) -> tuple[torch.Tensor, torch.Tensor]:
     """(scale, shift) such that ``uint8 * scale - shift == (uint8 / 255 - mean) / std``, shaped (C, 1, 1)."""
     m = torch.tensor(mean, dtype=torch.float32).view(-1, 1, 1)
@@ -49,8 +85,8 @@ class InMemoryImages(Dataset):
     """A split of an in-memory uint8 image tensor: ``images[indices]`` with per-sample augmentation.
 
     ``images`` (N, C, H, W) uint8 and ``labels`` (N,) int64 are shared between the splits drawn from the same
-    pool; ``indices`` picks this split's rows. Items are ``(float image (C, H, W), int64 label)``;
-    ``__getitems__`` builds a whole batch at once (one index op without augmentation).
+    pool; ``indices`` picks this split's rows. Items are ``(float image (C, H, W), int64 label)``, or with
+    ``mix`` a (K,) float target; ``__getitems__`` builds a whole batch at once (one index op without a transform).
     """
 
     def __init__(
@@ -61,11 +97,14 @@ class InMemoryImages(Dataset):
         mean: Sequence[float],
         std: Sequence[float],
         transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        erase: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        mix: Mix | None = None,
     ) -> None:
         self.images = images
         self.labels = labels
         self.indices = torch.as_tensor(np.asarray(indices), dtype=torch.long)
         self.transform = transform
+        self.erase, self.mix = erase, mix
         self.scale, self.shift = _normaliser(mean, std)
 
     def __len__(self) -> int:
@@ -84,31 +123,38 @@ class InMemoryImages(Dataset):
             x = self.images[j]
             if self.transform is not None:
                 x = self.transform(x)
-            return self._normalise(x), self.labels[j]
+            x = self._normalise(x)
+            if self.erase is not None:
+                x = self.erase(x)
+            return x, self.labels[j]
 
     def __getitems__(self, batch: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
         with _one_thread():
             rows = self.indices[torch.as_tensor(batch, dtype=torch.long)]
-            if self.transform is None:
-                x = self.images[rows]
-            else:
-                # The batch's random augmentation is a function of (run seed, the batch's rows),
-                # not of whatever drew from the global generator before: a run resumed from a
-                # checkpoint augments its batches exactly as the uninterrupted run, in the main
-                # process or in any worker.
-                keys = tuple(rows.tolist())
-                with torch.random.fork_rng(devices=[]):
-                    torch.manual_seed(hash((run_seed(), keys)) & 0x7FFF_FFFF_FFFF_FFFF)
-                    if hasattr(self.transform, "batch"):
-                        x = self.transform.batch(self.images[rows])
-                    else:
-                        x = torch.stack([self.transform(self.images[j]) for j in keys])
-            x = self._normalise(x)
-            return list(zip(x.unbind(0), self.labels[rows].unbind(0), strict=True))
+            if self.transform is None and self.erase is None and self.mix is None:
+                return list(zip(self._normalise(self.images[rows]).unbind(0), self.labels[rows].unbind(0), strict=True))
+            # The batch's random augmentation is a function of (run seed, the batch's rows),
+            # not of whatever drew from the global generator before: a run resumed from a
+            # checkpoint augments its batches exactly as the uninterrupted run, in the main
+            # process or in any worker.
+            keys = tuple(rows.tolist())
+            with seeded(batch_seed(keys)):
+                if self.transform is None:
+                    x = self.images[rows]
+                elif hasattr(self.transform, "batch"):
+                    x = self.transform.batch(self.images[rows])
+                else:
+                    x = torch.stack([self.transform(self.images[j]) for j in keys])
+                return _finish(self._normalise(x), self.labels[rows], self.erase, self.mix)
 
 
 class LazyImages(Dataset):
-    """A split of a Hugging Face image dataset decoded per sample (for folders too large for memory)."""
+    """A split of encoded images (a prepared ``datasets.Dataset``), decoded per sample in the loader workers.
+
+    Each item: the image's bytes (memory-mapped Arrow), decoded by ``decoder`` into uint8 (C, H, W) in ``mode``,
+    ``transform`` (training augmentation or evaluation geometry) to ``input_shape``, normalised, then ``erase``;
+    ``__getitems__`` serves a batch and applies ``mix`` to it.
+    """
 
     def __init__(
         self,
@@ -117,18 +163,23 @@ class LazyImages(Dataset):
         labels: np.ndarray,
         indices: np.ndarray,
         mode: str,
-        image_size: int | None,
         input_shape: tuple[int, int, int],
         mean: Sequence[float],
         std: Sequence[float],
         transform: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        decoder: str = "torchvision",
+        erase: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        mix: Mix | None = None,
+        root: str | None = None,
     ) -> None:
-        self.hf_dataset = hf_dataset.select_columns([image_column])
+        self.hf_dataset = hf_dataset.select_columns([image_column]).cast_column(
+            image_column, datasets.Image(decode=False)
+        )
         self.image_column = image_column
         self.labels = torch.as_tensor(np.asarray(labels), dtype=torch.long)
         self.indices = np.asarray(indices, dtype=np.int64)
-        self.mode, self.image_size, self.input_shape = mode, image_size, tuple(input_shape)
-        self.transform = transform
+        self.mode, self.input_shape, self.decoder = mode, tuple(input_shape), decoder
+        self.transform, self.erase, self.mix, self.root = transform, erase, mix, root
         self.scale, self.shift = _normaliser(mean, std)
 
     def __len__(self) -> int:
@@ -138,20 +189,36 @@ class LazyImages(Dataset):
     def targets(self) -> torch.Tensor:
         return self.labels[torch.as_tensor(self.indices)]
 
-    def decode(self, i: int) -> torch.Tensor:
-        """The uint8 (C, H, W) image of item ``i``, resized but neither augmented nor normalised."""
-        j = int(self.indices[i])
-        x = decode_image(self.hf_dataset[j][self.image_column], self.mode, self.image_size)
+    def _image(self, j: int, value: dict) -> torch.Tensor:
+        x = decode_bytes(image_bytes(value, self.root), self.mode, self.decoder)
+        if self.transform is not None:
+            x = self.transform(x)
         if tuple(x.shape) != self.input_shape:
+            where = value.get("path") or f"row {j}"
             raise ValueError(
-                f"image {j} has shape {tuple(x.shape)}, expected {self.input_shape}: the images differ in size; "
+                f"image {where} has shape {tuple(x.shape)}, expected {self.input_shape}: the images differ in size; "
                 "set image_size to resize them all to one size"
             )
         return x
 
+    def decode(self, i: int) -> torch.Tensor:
+        """The uint8 (C, H, W) image of item ``i`` after ``transform``, not normalised."""
+        j = int(self.indices[i])
+        return self._image(j, self.hf_dataset[j][self.image_column])
+
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         with _one_thread():
-            x = self.decode(i)
-            if self.transform is not None:
-                x = self.transform(x)
-            return x.to(torch.float32).mul_(self.scale).sub_(self.shift), self.labels[int(self.indices[i])]
+            x = self.decode(i).to(torch.float32).mul_(self.scale).sub_(self.shift)
+            if self.erase is not None:
+                x = self.erase(x)
+            return x, self.labels[int(self.indices[i])]
+
+    def __getitems__(self, batch: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        with _one_thread():
+            rows = [int(self.indices[i]) for i in batch]
+            values = self.hf_dataset[rows][self.image_column]
+            labels = self.labels[torch.as_tensor(rows, dtype=torch.long)]
+            with seeded(batch_seed(rows)):
+                x = torch.stack([self._image(j, v) for j, v in zip(rows, values, strict=True)])
+                x = x.to(torch.float32).mul_(self.scale).sub_(self.shift)
+                return _finish(x, labels, self.erase, self.mix)

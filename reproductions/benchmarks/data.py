@@ -15,6 +15,15 @@
   batch) against the per-image torchvision loop it replaced (``v2.RandomCrop(padding)`` +
   ``v2.RandomHorizontalFlip`` on each uint8 image, then ``torch.stack``), on the same batches:
   the before/after ratio of that optimisation.
+- **224 px JPEG decoding.** ImageNet-like JPEGs (``--jpeg-size``, default 375x500, the most common
+  ImageNet size; quality 90; cut from scikit-learn's two sample photographs) decoded and given the
+  DeiT training augmentation at 224 px (RandomResizedCrop + flip, RandAugment rand-m9-mstd0.5-inc1,
+  normalisation, random erasing 0.25), one image at a time on one thread, as a loader worker does:
+  Pillow + timm's own PIL pipeline (``timm.data.create_transform``) against the DataModule's
+  per-sample path with each decoder (``torchvision.io.decode_jpeg``, libjpeg-turbo into a tensor;
+  Pillow), and decoding alone. Images per second of CPU time = per worker core; from it the loader
+  workers one GPU training ViT-B/16 at 224 in bf16 needs (``--gpu-images-per-sec``, see
+  ``GPU_IMAGES_PER_SEC``), and the two decoders' pixel difference on these files.
 
 Target: loader batches/s >= 2x the model's steps/s (the loader, running in the training
 process with ``num_workers`` from the config, then takes at most a third of the step time).
@@ -31,7 +40,7 @@ import torch
 
 from reproductions.benchmarks.common import (
     Report, Table, TrainStep, add_run_args, alternate, bce_with_logits, build, build_seeded, config_net,
-    cross_entropy, fmt_rate, fmt_ratio, measure_rate, median, pass_fail, read_config, run_settings, setup_run,
+    cross_entropy, fmt_rate, fmt_ratio, measure_rate, measure_rates, median, pass_fail, read_config, run_settings, setup_run,
 )
 
 NAME = "data"
@@ -42,6 +51,14 @@ IMAGE_CONFIGS = {
     "digits": "reproductions/vit/configs/digits.yaml",
 }
 BEHAVIOR_CONFIG = "reproductions/bst/configs/bst.yaml"
+GPU_IMAGES_PER_SEC = {
+    "RTX 3090": (391.0, "published: timm results/benchmark-train-amp-nchw-pt112-cu113-rtx3090.csv, "
+                 "vit_base_patch16_224 AMP training, 390.9 images/s"),
+    "A100 (assumed)": (1200.0, "assumed: ~40% MFU of 312 TFLOP/s bf16 at 3 x 35.2 GFLOPs per image"),
+    "H100 (assumed)": (3000.0, "assumed: ~30% MFU of 989 TFLOP/s bf16 at 3 x 35.2 GFLOPs per image; "
+                       "measure yours with `bench gpu`"),
+}
+"""ViT-B/16 training images/s at 224 px on one GPU that the worker counts are computed for."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,6 +69,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="loader batches per measurement (default 20)")
     parser.add_argument("--behavior-samples", dest="behavior_samples", type=int, default=100_000,
                         help="synthetic behaviour samples to generate (the loader's speed does not depend on it)")
+    parser.add_argument("--jpeg-size", dest="jpeg_size", default="375x500",
+                        help="HxW of the generated JPEGs of the 224 px decoding case (default 375x500)")
+    parser.add_argument("--jpeg-images", dest="jpeg_images", type=int, default=24,
+                        help="distinct JPEGs decoded per measurement (default 24)")
+    parser.add_argument("--gpu-images-per-sec", dest="gpu_images_per_sec", type=float, default=None,
+                        help="also compute the workers for this ViT-B/16 training rate (images/s on your GPU)")
     add_run_args(parser, rounds=3, steps=5, warmup=1, batch_size=None)
 
 
@@ -161,8 +184,10 @@ def run(args: argparse.Namespace) -> Report:
     ]
     aug_table, aug_row = augmentation_table(sides["images"][2], args)
     verdicts.append(f"augmentation: batched CropFlip {aug_row['ratio']:.1f}x the per-image torchvision loop it replaced")
-    result = {"settings": run_settings(args, device), **rows, "augmentation": aug_row}
-    return Report(NAME, result, [table, aug_table], verdicts)
+    jpeg_tables, jpeg_row = jpeg_case(args)
+    verdicts.append(jpeg_row["verdict"])
+    result = {"settings": run_settings(args, device), **rows, "augmentation": aug_row, "jpeg224": jpeg_row}
+    return Report(NAME, result, [table, aug_table, *jpeg_tables], verdicts)
 
 
 def augmentation_table(info: dict, args: argparse.Namespace) -> tuple[Table, dict]:
@@ -194,3 +219,151 @@ def augmentation_table(info: dict, args: argparse.Namespace) -> tuple[Table, dic
     table.notes.append(f"median of {args.rounds} alternating rounds x {steps} batches; {torch.get_num_threads()} thread(s)")
     return table, {"before_images_per_sec": rates["per-image torchvision (before)"],
                    "after_images_per_sec": rates["batched CropFlip (after)"], "ratio": after / before}
+
+
+# ------------------------------------------------------------------------------------------------ 224 px JPEG
+
+
+def imagenet_like_jpegs(n: int, height: int, width: int, quality: int = 90) -> list[bytes]:
+    """``n`` JPEGs of ``height`` x ``width`` cut (and scaled) from scikit-learn's two sample photographs."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+    from sklearn.datasets import load_sample_images
+
+    photos = load_sample_images().images  # two 427 x 640 RGB photographs, shipped with scikit-learn
+    rng = np.random.default_rng(0)
+    out = []
+    for k in range(n):
+        photo = Image.fromarray(photos[k % len(photos)])
+        scale = max(height / photo.height, width / photo.width) * rng.uniform(1.0, 1.3)
+        photo = photo.resize((max(width, round(photo.width * scale)), max(height, round(photo.height * scale))),
+                             Image.BICUBIC)  # fmt: skip
+        top, left = rng.integers(0, photo.height - height + 1), rng.integers(0, photo.width - width + 1)
+        buffer = io.BytesIO()
+        photo.crop((left, top, left + width, top + height)).save(buffer, format="JPEG", quality=quality)
+        out.append(buffer.getvalue())
+    return out
+
+
+def jpeg_pipelines(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225)) -> dict:
+    """name -> (one image's bytes -> the training tensor), all at 224 px with DeiT's augmentation."""
+    import io
+
+    from PIL import Image
+    from timm.data import create_transform
+
+    from datamodules.images.decode import decode_bytes
+    from datamodules.images.transforms import PolicyOnTensor, RandomResizedCropFlip, random_erasing, timm_policy
+
+    timm_train = create_transform(224, is_training=True, auto_augment="rand-m9-mstd0.5-inc1",
+                                  interpolation="bicubic", re_prob=0.25, re_mode="pixel", mean=mean, std=std)  # fmt: skip
+    fixed = timm_policy("rand-m9-mstd0.5-inc1", 224, mean)  # Pillow 13 refuses timm's 0-bit posterize:
+    for t in timm_train.transforms:  # the DataModule's fix, in timm's pipeline too
+        if type(t).__name__ == "RandAugment":
+            t.ops = fixed.ops
+    crop = RandomResizedCropFlip(224, interpolation="bicubic",
+                                 policy=PolicyOnTensor(timm_policy("rand-m9-mstd0.5-inc1", 224, mean)))  # fmt: skip
+    erase = random_erasing(0.25)
+    m = torch.tensor(mean).view(3, 1, 1)
+    s = torch.tensor(std).view(3, 1, 1)
+    scale, shift = 1.0 / (255.0 * s), m / s
+
+    def ours(decoder):
+        def run(data: bytes) -> torch.Tensor:
+            x = crop(decode_bytes(data, "RGB", decoder)).to(torch.float32).mul_(scale).sub_(shift)
+            return erase(x)
+
+        return run
+
+    def timm_pil(data: bytes) -> torch.Tensor:
+        with Image.open(io.BytesIO(data)) as image:
+            return timm_train(image.convert("RGB"))
+
+    return {
+        "torchvision decode_jpeg + DataModule augmentation (default)": ours("torchvision"),
+        "Pillow + DataModule augmentation": ours("pil"),
+        "Pillow + timm create_transform (PIL pipeline)": timm_pil,
+        "decode only: torchvision decode_jpeg": lambda data: decode_bytes(data, "RGB", "torchvision"),
+        "decode only: Pillow": lambda data: decode_bytes(data, "RGB", "pil"),
+    }
+
+
+def jpeg_case(args: argparse.Namespace) -> tuple[list[Table], dict]:
+    """Decode + DeiT train augmentation of 224 px crops from ImageNet-like JPEGs, per core; workers per GPU."""
+    import math
+
+    from datamodules.images.decode import decode_bytes
+
+    height, width = (int(v) for v in args.jpeg_size.lower().split("x"))
+    blobs = imagenet_like_jpegs(max(2, args.jpeg_images), height, width)
+    pipelines = jpeg_pipelines()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # a loader worker runs one thread
+    cpu_rates: dict[str, list[float]] = {name: [] for name in pipelines}
+    steps = max(1, args.data_steps // 4)
+
+    def candidate(name):
+        fn = pipelines[name]
+
+        def measure() -> float:
+            def step():
+                for data in blobs:
+                    fn(data)
+
+            wall, cpu = measure_rates(step, steps=steps, warmup=1, items_per_step=len(blobs), device=torch.device("cpu"))
+            cpu_rates[name].append(cpu)
+            return wall
+
+        return measure
+
+    try:
+        torch.manual_seed(0)
+        wall_rates = alternate({name: candidate(name) for name in pipelines}, args.rounds, unit="images/s")
+    finally:
+        torch.set_num_threads(threads)
+    diffs = [(decode_bytes(b, "RGB", "torchvision").int() - decode_bytes(b, "RGB", "pil").int()).abs() for b in blobs]
+    mean_diff = sum(d.float().mean().item() for d in diffs) / len(diffs)
+    max_diff = max(int(d.max()) for d in diffs)
+
+    kb = sum(len(b) for b in blobs) / len(blobs) / 1000
+    table = Table(f"224 px training images from {height}x{width} JPEGs (mean {kb:.0f} kB, quality 90): "
+                  "decode + DeiT augmentation, one thread", ["pipeline", "images/s (wall)",
+                  "images/s per core (CPU time)", "x Pillow + timm"])  # fmt: skip
+    ref = "Pillow + timm create_transform (PIL pipeline)"
+    per_core = {name: median(cpu_rates[name]) for name in pipelines}
+    for name in pipelines:
+        table.add(name, fmt_rate(median(wall_rates[name])), fmt_rate(per_core[name]),
+                  fmt_ratio(per_core[name] / per_core[ref]) if "decode only" not in name else "-")  # fmt: skip
+    table.notes += [
+        f"median of {args.rounds} alternating rounds x {steps} passes over {len(blobs)} JPEGs; per core = images per "
+        "second of this process's CPU time (steady on a shared machine). DeiT augmentation: RandomResizedCrop "
+        "(bicubic) + flip, RandAugment rand-m9-mstd0.5-inc1, normalisation, random erasing 0.25.",
+        f"pixels, torchvision against Pillow on these files: mean |diff| {mean_diff:.3f}, max {max_diff} "
+        "(both decode with libjpeg-turbo; other builds or settings of the IDCT and chroma upsampling differ by a "
+        "few levels: tests/test_images_transforms.py allows a mean of 1).",
+        "Batched GPU decoding (torchvision.io.decode_jpeg(list, device='cuda'), nvJPEG) is the option when the "
+        "cores cannot keep up; the augmentation would then run on the GPU too.",
+    ]
+    default = "torchvision decode_jpeg + DataModule augmentation (default)"
+    gpus = dict(GPU_IMAGES_PER_SEC)
+    if args.gpu_images_per_sec:
+        gpus["yours (--gpu-images-per-sec)"] = (float(args.gpu_images_per_sec), "given")
+    workers = Table("Loader worker cores one GPU training ViT-B/16 at 224 in bf16 needs",
+                    ["GPU", "images/s", "source", "workers (default pipeline)", "workers (Pillow + timm)"])
+    need = {}
+    for gpu, (rate, source) in gpus.items():
+        need[gpu] = {"images_per_sec": rate, "source": source, "workers_default": math.ceil(rate / per_core[default]),
+                     "workers_timm_pil": math.ceil(rate / per_core[ref])}  # fmt: skip
+        workers.add(gpu, fmt_rate(rate), source, need[gpu]["workers_default"], need[gpu]["workers_timm_pil"])
+    workers.notes.append("workers = ceil(GPU images/s / images/s per core); per-core rates measured here, so a "
+                         "faster or less loaded CPU needs fewer. Mixup/CutMix (per batch) cost ~1% of this.")
+    h100 = need["H100 (assumed)"]
+    verdict = (f"jpeg 224: {per_core[default]:,.0f} images/s per core with torchvision decode_jpeg + DeiT augmentation "
+               f"({per_core[default] / per_core[ref]:.2f}x Pillow + timm's PIL pipeline, {per_core[ref]:,.0f}); an H100 "
+               f"at {h100['images_per_sec']:,.0f} images/s needs {h100['workers_default']} worker cores")  # fmt: skip
+    row = {"jpeg_size": [height, width], "mean_kb": kb, "images": len(blobs), "wall_images_per_sec": wall_rates,
+           "cpu_images_per_sec": cpu_rates, "per_core_median": per_core, "pixel_mean_abs_diff": mean_diff,
+           "pixel_max_abs_diff": max_diff, "workers": need, "default": default, "verdict": verdict}  # fmt: skip
+    return [table, workers], row
