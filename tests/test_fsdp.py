@@ -448,3 +448,34 @@ def test_compiled_ddp_matches_uncompiled_ddp(tmp_path):
     assert not [k for k in state if "_orig_mod" in k or k.startswith("module.")]
     plain = ImageClassifier.load_from_checkpoint(ckpt, map_location="cpu", compile=False, strict=True)
     assert list(plain.state_dict()) == list(state)
+
+
+# --------------------------------------------------------------------------- scripts/gpu_check.sh
+
+
+def test_gpu_check_without_a_gpu_exits_2_with_one_line(tmp_path):
+    proc = subprocess.run(["bash", "scripts/gpu_check.sh", str(tmp_path / "out")], cwd=REPO,
+                          env={**env(), "PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": ""},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        "gpu_check: no CUDA GPU visible (torch.cuda.is_available() is False): nothing run"]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_gpu_check_smoke_on_the_cpu_writes_its_json(tmp_path):
+    """GPU_CHECK_SMOKE=1 runs the script's stages on the CPU with tiny shapes (here the FSDP2 one):
+    the plumbing from the runs to the one JSON."""
+    out = tmp_path / "out"
+    proc = subprocess.run(["bash", "scripts/gpu_check.sh", str(out)], cwd=REPO, capture_output=True, text=True,
+                          env={**env(), "PYTHON": sys.executable, "GPU_CHECK_SMOKE": "1", "GPU_CHECK_STAGES": "fsdp"},
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:] + (out / "fsdp.log").read_text()[-3000:]
+    report = json.loads((out / "gpu_check.json").read_text())
+    assert report["smoke"] is True and report["device"] == "cpu" and report["ok"] is True
+    assert set(report["versions"]) >= {"torch", "lightning", "cuda", "timm"}
+    assert list(report["stages"]) == ["fsdp"] and report["stages"]["fsdp"]["rc"] == 0
+    fsdp = report["fsdp"]
+    assert fsdp["steps"] == 4 and fsdp["precision"] == "32-true" and fsdp["images_per_sec"] > 0
+    assert "test/acc" in fsdp["test"] and fsdp["mfu"] is None  # no bench stage, no peak to divide by
