@@ -6,7 +6,8 @@
 #   2. fsdp    a short FSDP2 run of ViT-B/16 through the CLI and the fsdp overlay (fully_shard on one
 #              device, bf16 MixedPrecisionPolicy, fp32 master weights): 2 epochs x 20 steps of batch 64
 #              on the digits upsampled to 224 px (generated data: no download), then test
-#   3. compile the same run under DDP on 1 device with torch.compile and bf16-mixed (the gpu profiles' setting)
+#   3. compile the same run's training under DDP on 1 device with torch.compile and bf16-mixed (the gpu
+#              profiles' setting), no validation or test (their eval graphs would be compiled too)
 # Usage (from the repository root):
 #   scripts/gpu_check.sh [OUT_DIR]          # default OUT_DIR: runs/gpu_check; the JSON: OUT_DIR/gpu_check.json
 # Environment: PYTHON (default: .venv/bin/python if present, else python); GPU_CHECK_STAGES (default
@@ -70,11 +71,12 @@ RUN=(fit --config reproductions/vit/configs/digits.yaml "${ACCEL[@]}" --trainer.
      --trainer.limit_val_batches 2 --trainer.limit_test_batches 2 --trainer.enable_progress_bar false
      --trainer.enable_model_summary false "${VIT[@]}" --run.root "$OUT_DIR/runs")
 
-stage bench 130 "$PYTHON" -m reproductions bench gpu "${BENCH[@]}" --out "$OUT_DIR/bench_gpu.json"
-stage fsdp 70 "$PYTHON" -m reproductions "${RUN[@]}" --config reproductions/vit/configs/overlays/fsdp.yaml \
+stage bench 110 "$PYTHON" -m reproductions bench gpu "${BENCH[@]}" --out "$OUT_DIR/bench_gpu.json"
+stage fsdp 60 "$PYTHON" -m reproductions "${RUN[@]}" --config reproductions/vit/configs/overlays/fsdp.yaml \
   --run.variant fsdp2
-stage compile 100 "$PYTHON" -m reproductions "${RUN[@]}" --trainer.strategy ddp --model.init_args.compile true \
-  --trainer.precision "$PRECISION" --run.variant ddp-compiled
+# training only: validation and test would compile the eval graphs too (another 20-40 s)
+stage compile 130 "$PYTHON" -m reproductions "${RUN[@]}" --trainer.strategy ddp --model.init_args.compile true \
+  --trainer.precision "$PRECISION" --trainer.limit_val_batches 0 --run.test_after_fit false --run.variant ddp-compiled
 
 "$PYTHON" - "$OUT_DIR" "$SMOKE" <<'EOF'
 import json, subprocess, sys
