@@ -156,11 +156,23 @@ def wandb_artifacts(path: str | Path) -> list:
     return [r.artifact for r in wandb_records(path) if r.WhichOneof("record_type") == "artifact"]
 
 
+def _proc_status_mib(key: str) -> float | None:
+    """A memory line of /proc/self/status (``VmRSS``, ``VmHWM``) in MiB; None off Linux."""
+    status = Path("/proc/self/status")
+    if not status.is_file():
+        return None
+    values = [line.split()[1] for line in status.read_text().splitlines() if line.startswith(f"{key}:")]
+    return int(values[0]) / 1024 if values else None
+
+
 class RecordSharding(Callback):
     """Write, per rank, what sharding did to the net and the optimiser: every parameter's local
     and global size, the weight-decay groups by parameter name, the optimiser state's local size
     after the first step, the global gradient norm (before clipping) of the first ``steps``
-    steps, the precision in effect and the parameters' dtype."""
+    steps, the precision in effect, the parameters' dtype, the bytes of parameters, gradients and
+    optimiser state this rank holds (at the second step), its resident memory when training starts,
+    its peak during the training steps (Linux: VmHWM reset at the start, read after every batch, so
+    the epoch-end checkpoint is not in it) and its peak over the whole process."""
 
     def __init__(self, out_dir: str, steps: int = 4) -> None:
         self.out_dir = out_dir
@@ -173,6 +185,11 @@ class RecordSharding(Callback):
 
     def on_train_start(self, trainer, pl_module) -> None:
         names = {id(p): n for n, p in pl_module.named_parameters()}
+        self.record["rss_at_train_start_mib"] = _proc_status_mib("VmRSS")
+        try:  # Linux: reset the peak resident memory (VmHWM), so the steps' peak is read without setup's
+            Path("/proc/self/clear_refs").write_text("5")
+        except OSError:
+            pass
         self.record.update(
             rank=trainer.global_rank, world_size=trainer.world_size, precision=str(trainer.precision),
             precision_plugin=type(trainer.precision_plugin).__name__,
@@ -190,11 +207,21 @@ class RecordSharding(Callback):
         if len(self.record["grad_norms"]) >= self.steps:
             return
         grads = [p.grad for g in optimizer.param_groups for p in g["params"] if p.grad is not None]
+        if trainer.global_step == 1:  # parameters, gradients and optimiser state all exist now
+            def nbytes(tensors):
+                return sum(self._local(t).numel() * t.element_size() for t in tensors)
+
+            params = [p for g in optimizer.param_groups for p in g["params"]]
+            state = [v for s in optimizer.state.values() for k, v in s.items() if k != "step"]
+            self.record["bytes"] = {"params": nbytes(params), "grads": nbytes(grads), "optimizer": nbytes(state)}
         norm = torch.nn.utils.get_total_norm(grads)
         norm = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
         self.record["grad_norms"].append(float(norm))
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        peak = _proc_status_mib("VmHWM")  # before the epoch-end checkpoint gathers the full state
+        if peak is not None:
+            self.record["train_peak_rss_mib"] = max(peak, self.record.get("train_peak_rss_mib", 0.0))
         if trainer.global_step == 1 and "optimizer_state" not in self.record:
             state = trainer.optimizers[0].state
             self.record["optimizer_state"] = {
@@ -203,6 +230,9 @@ class RecordSharding(Callback):
             }
 
     def on_train_end(self, trainer, pl_module) -> None:
+        import resource
+
+        self.record["max_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         path = Path(self.out_dir) / f"sharding_rank{trainer.global_rank}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(self.record))

@@ -386,65 +386,103 @@ def test_sharded_checkpoint_loads_into_the_plain_model_for_test_and_analysis(ref
 
 # --------------------------------------------------------------------------- multi-node, simulated
 
+#: 2 training steps, one validation batch, no test: the DDP runs below
+SHORT = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1",
+         "--run.test_after_fit", "false"]
+
+
+def record_args(root: Path) -> list[str]:
+    return ["--trainer.callbacks+=tests.helpers.RecordShards", f"--trainer.callbacks.out_dir={root}/rec",
+            "--trainer.callbacks+=tests.helpers.RecordCompile", f"--trainer.callbacks.out_dir={root}/rec"]
+
+
+@pytest.fixture(scope="module")
+def ddp_two_devices(tmp_path_factory):
+    """DDP on 2 devices of one node, uncompiled: the reference of the two-node and compiled runs."""
+    root = tmp_path_factory.mktemp("ddp") / "two_devices"
+    run([sys.executable, "-m", "reproductions", "fit", "--config", DIGITS, *TINY, *SHORT, "--trainer.devices", "2",
+         "--trainer.strategy", "ddp", "--run.root", str(root), *record_args(root)])
+    return root
+
 
 @pytest.mark.slow
-def test_two_torchrun_nodes_split_the_data_like_two_devices(tmp_path):
+def test_two_torchrun_nodes_split_the_data_like_two_devices(ddp_two_devices, tmp_path):
     """docs/scaling.md's multi-node command as two "nodes" of one process each on this machine
     (torchrun, c10d rendezvous on localhost): each rank reads a different shard, each gets half
     of the global batch, and the shards are the ones 2 devices on one node get."""
-    short = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "1",
-             "--run.test_after_fit", "false"]
-    nodes, single = tmp_path / "nodes", tmp_path / "single"
+    nodes = tmp_path / "nodes"
     port = free_port()
     procs = []
     for node in (0, 1):
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
                "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"localhost:{port}",
-               "--rdzv-id", "fsdp-test", "-m", "reproductions", "fit", "--config", DIGITS, *TINY, *short,
+               "--rdzv-id", "fsdp-test", "-m", "reproductions", "fit", "--config", DIGITS, *TINY, *SHORT,
                "--trainer.num_nodes", "2", "--trainer.devices", "1", "--trainer.strategy", "ddp",
-               "--run.root", str(nodes), "--trainer.callbacks+=tests.helpers.RecordShards",
-               f"--trainer.callbacks.out_dir={nodes}/shards"]
+               "--run.root", str(nodes), *record_args(nodes)]
         procs.append(subprocess.Popen(cmd, cwd=REPO, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                       text=True))
     outputs = [p.communicate(timeout=900)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-3000:] for o in outputs)
-    run([sys.executable, "-m", "reproductions", "fit", "--config", DIGITS, *TINY, *short, "--trainer.devices", "2",
-         "--trainer.strategy", "ddp", "--run.root", str(single), "--trainer.callbacks+=tests.helpers.RecordShards",
-         f"--trainer.callbacks.out_dir={single}/shards"])
-    shards, reference = records(nodes / "shards", "shard"), records(single / "shards", "shard")
+    shards, reference = records(nodes / "rec", "shard"), records(ddp_two_devices / "rec", "shard")
     assert [(s["rank"], s["world_size"], s["batch_size"]) for s in shards] == [(0, 2, 32), (1, 2, 32)]
     assert not set(shards[0]["indices"]) & set(shards[1]["indices"])  # a different shard on each node
     assert [s["indices"] for s in shards] == [s["indices"] for s in reference]  # as on 2 devices of one node
     res = results(nodes)
     assert res["training"]["devices"] == 2 and res["training"]["num_nodes"] == 2
     assert res["training"]["global_batch_size"] == 64 and res["training"]["steps"] == 2
-    assert metric(nodes, "train/loss_step") == pytest.approx(metric(single, "train/loss_step"), rel=1e-5)
+    assert metric(nodes, "train/loss_step") == pytest.approx(metric(ddp_two_devices, "train/loss_step"), rel=1e-5)
 
 
 # --------------------------------------------------------------------------- torch.compile under DDP
 
 
 @pytest.mark.slow
-def test_compiled_ddp_matches_uncompiled_ddp(tmp_path):
-    """2-process DDP with ``--model.init_args.compile true`` (inductor on the CPU; ~1 minute of
+def test_compiled_ddp_matches_uncompiled_ddp(ddp_two_devices, tmp_path):
+    """2-process DDP with ``--model.init_args.compile true`` (inductor on the CPU; about a minute of
     compile) takes the uncompiled run's steps, and its checkpoint keys stay plain."""
     from lightning_modules.image_classifier import ImageClassifier
 
-    short = ["--trainer.max_epochs", "1", "--trainer.limit_train_batches", "3", "--trainer.limit_val_batches", "1",
-             "--run.test_after_fit", "false", "--model.net.init_args.depth", "1"]
-    roots = {}
-    for compiled in (False, True):
-        root = roots[compiled] = tmp_path / ("compiled" if compiled else "eager")
-        run(fit_command(root, *short, "--model.init_args.compile", str(compiled).lower(),
-                        "--trainer.callbacks+=tests.helpers.RecordCompile", f"--trainer.callbacks.out_dir={root}/rec",
-                        devices=2))
-    eager, compiled = (records(roots[c] / "rec", "compile") for c in (False, True))
+    root = tmp_path / "compiled"
+    run([sys.executable, "-m", "reproductions", "fit", "--config", DIGITS, *TINY, *SHORT, "--trainer.devices", "2",
+         "--trainer.strategy", "ddp", "--model.init_args.compile", "true", "--run.root", str(root), *record_args(root)])
+    eager, compiled = records(ddp_two_devices / "rec", "compile"), records(root / "rec", "compile")
     assert [r["compiled"] for r in eager] == [False, False] and [r["compiled"] for r in compiled] == [True, True]
     assert all(r["graphs"] >= 1 for r in compiled) and all(r["graphs"] == 0 for r in eager)
-    losses = metric(roots[True], "train/loss_step")
-    assert len(losses) == 3 and losses == pytest.approx(metric(roots[False], "train/loss_step"), rel=1e-4)
-    ckpt = run_dir(roots[True]) / "checkpoints" / "last.ckpt"
+    losses = metric(root, "train/loss_step")
+    assert len(losses) == 2 and losses == pytest.approx(metric(ddp_two_devices, "train/loss_step"), rel=1e-4)
+    ckpt = run_dir(root) / "checkpoints" / "last.ckpt"
     state = torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"]
     assert not [k for k in state if "_orig_mod" in k or k.startswith("module.")]
     plain = ImageClassifier.load_from_checkpoint(ckpt, map_location="cpu", compile=False, strict=True)
     assert list(plain.state_dict()) == list(state)
+
+
+# --------------------------------------------------------------------------- scripts/gpu_check.sh
+
+
+def test_gpu_check_without_a_gpu_exits_2_with_one_line(tmp_path):
+    proc = subprocess.run(["bash", "scripts/gpu_check.sh", str(tmp_path / "out")], cwd=REPO,
+                          env={**env(), "PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": ""},
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        "gpu_check: no CUDA GPU visible (torch.cuda.is_available() is False): nothing run"]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_gpu_check_smoke_on_the_cpu_writes_its_json(tmp_path):
+    """GPU_CHECK_SMOKE=1 runs the script's stages on the CPU with tiny shapes (here the FSDP2 one):
+    the plumbing from the runs to the one JSON."""
+    out = tmp_path / "out"
+    proc = subprocess.run(["bash", "scripts/gpu_check.sh", str(out)], cwd=REPO, capture_output=True, text=True,
+                          env={**env(), "PYTHON": sys.executable, "GPU_CHECK_SMOKE": "1", "GPU_CHECK_STAGES": "fsdp"},
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:] + (out / "fsdp.log").read_text()[-3000:]
+    report = json.loads((out / "gpu_check.json").read_text())
+    assert report["smoke"] is True and report["device"] == "cpu" and report["ok"] is True
+    assert set(report["versions"]) >= {"torch", "lightning", "cuda", "timm"}
+    assert list(report["stages"]) == ["fsdp"] and report["stages"]["fsdp"]["rc"] == 0
+    fsdp = report["fsdp"]
+    assert fsdp["steps"] == 4 and fsdp["precision"] == "32-true" and fsdp["images_per_sec"] > 0
+    assert "test/acc" in fsdp["test"] and fsdp["mfu"] is None  # no bench stage, no peak to divide by
