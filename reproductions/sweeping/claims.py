@@ -88,13 +88,22 @@ def check_halving(plan: Plan, collected: list[VariantResults]) -> list[str]:
     return lines
 
 
+def baseline_variant(plan: Plan, collected: list[VariantResults]) -> tuple[str, VariantResults | None]:
+    """``report.baseline``'s name and its collected results (None when the sweep has no such variant)."""
+    name = plan.sweep.report.get("baseline")
+    return name, by_name(collected).get(name)
+
+
+def _no_baseline(name: str) -> list[str]:
+    return [f"(no baseline variant {name!r} in this sweep)"]
+
+
 def check_baseline(plan: Plan, collected: list[VariantResults]) -> list[str]:
-    base_name = plan.sweep.report.get("baseline")
-    by = by_name(collected)
-    if base_name not in by:
-        return [f"(no baseline variant {base_name!r} in this sweep)"]
+    base_name, base_results = baseline_variant(plan, collected)
+    if base_results is None:
+        return _no_baseline(base_name)
     m = plan.sweep.metric
-    base = by[base_name].metric(plan)
+    base = base_results.metric(plan)
     others = [(vr.variant.name, vr.metric(plan)) for vr in collected if vr.variant.name != base_name]
     others = [(n, s) for n, s in others if s.mean is not None]
     if base.mean is None or not others:
@@ -136,11 +145,9 @@ def check_best_per_group(plan: Plan, collected: list[VariantResults]) -> list[st
 
 
 def check_speed(plan: Plan, collected: list[VariantResults]) -> list[str]:
-    base_name = plan.sweep.report.get("baseline")
-    by = by_name(collected)
-    if base_name not in by:
-        return [f"(no baseline variant {base_name!r} in this sweep)"]
-    base = by[base_name]
+    base_name, base = baseline_variant(plan, collected)
+    if base is None:
+        return _no_baseline(base_name)
     lines = []
     for vr in collected:
         if vr is base:
