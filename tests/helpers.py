@@ -41,15 +41,31 @@ class FailAtStep(Callback):
 
 
 class SlowSteps(Callback):
-    """Sleep after every training batch (a run that is still training when a test signals it)."""
+    """Sleep after every training batch (a run that is still training when a test signals it).
 
-    def __init__(self, seconds: float = 0.2) -> None:
+    With ``signal_file``, a test asks for a signal instead of sending it at a random moment: when
+    the file exists at the end of the second training batch of an epoch, the run sends the signal
+    named in it (``SIGTERM``, ``SIGUSR1``) to itself and removes the file. The signal is real (the
+    CLI's handlers take it), but it always lands mid-epoch, inside training, never during
+    validation or a checkpoint save.
+    """
+
+    def __init__(self, seconds: float = 0.2, signal_file: str | None = None) -> None:
         self.seconds = seconds
+        self.signal_file = signal_file
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        import os
+        import signal
         import time
+        from pathlib import Path
 
         time.sleep(self.seconds)
+        ask = Path(self.signal_file) if self.signal_file else None
+        if ask is not None and batch_idx == 1 and ask.is_file():
+            name = ask.read_text().strip()
+            ask.unlink()
+            os.kill(os.getpid(), getattr(signal, name))
 
 
 class CountBatches(Callback):

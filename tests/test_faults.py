@@ -377,14 +377,26 @@ def test_analyze_refuses_a_resnet_checkpoint_naming_its_net(tmp_path):
 # --------------------------------------------------------------------------- 4. locks, 6. signals, 5. resume
 
 
-SLOW = ["--trainer.callbacks+=tests.helpers.SlowSteps", "--trainer.callbacks.seconds", "0.25",
-        "--trainer.limit_train_batches", "4", "--trainer.log_every_n_steps", "1"]
+def slow(signal_file: Path) -> list[str]:
+    """Slow training steps; writing a signal's name into ``signal_file`` makes the run send it to
+    itself mid-epoch (``tests.helpers.SlowSteps``), so the signal never lands in validation."""
+    return ["--trainer.callbacks+=tests.helpers.SlowSteps", "--trainer.callbacks.seconds", "0.25",
+            f"--trainer.callbacks.signal_file={signal_file}",
+            "--trainer.limit_train_batches", "4", "--trainer.log_every_n_steps", "1"]
+
+
+def ask_for(signal_file: Path, name: str) -> None:
+    """Ask the run to send itself ``name`` (written whole, then renamed: the run never reads half)."""
+    tmp = signal_file.with_suffix(".tmp")
+    tmp.write_text(name)
+    os.replace(tmp, signal_file)
 
 
 @pytest.mark.slow
 def test_second_run_into_a_busy_directory_refuses_at_once_and_sigusr1_stops_the_first(tmp_path):
     root = tmp_path / "runs"
-    args = ["fit", "--config", DIGITS, "--run.root", str(root), *TINY, *SLOW, "--trainer.max_epochs", "100"]
+    ask = tmp_path / "signal"
+    args = ["fit", "--config", DIGITS, "--run.root", str(root), *TINY, *slow(ask), "--trainer.max_epochs", "100"]
     first, t0 = start(*args, log=tmp_path / "first.log")
     try:
         wait_for(root / RUN / "checkpoints" / "last.ckpt", first)
@@ -396,7 +408,7 @@ def test_second_run_into_a_busy_directory_refuses_at_once_and_sigusr1_stops_the_
         assert first.poll() is None  # the first is still training
         rows = csv_rows(root / RUN / "metrics.csv")
         assert rows and rows[0]["train/loss_step"]  # its metrics are there, not reset by the second
-        first.send_signal(signal.SIGUSR1)
+        ask_for(ask, "SIGUSR1")
         result = finish(first, tmp_path / "first.log", t0, "SIGUSR1 to a training run")
     finally:
         if first.poll() is None:
@@ -437,12 +449,12 @@ def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
 def test_sigterm_saves_a_checkpoint_and_the_resumed_run_keeps_metrics_and_time(tmp_path):
     root = tmp_path / "runs"
     run = root / RUN
-    args = ["fit", "--config", DIGITS, "--run.root", str(root), *TINY, *SLOW, "--trainer.max_epochs", "6"]
+    ask = tmp_path / "signal"
+    args = ["fit", "--config", DIGITS, "--run.root", str(root), *TINY, *slow(ask), "--trainer.max_epochs", "6"]
     proc, t0 = start(*args, log=tmp_path / "first.log")
     try:
         wait_for(run / "checkpoints" / "last.ckpt", proc)
-        time.sleep(0.6)  # into the next epoch: the checkpoint is taken at the signal, mid-epoch
-        proc.send_signal(signal.SIGTERM)
+        ask_for(ask, "SIGTERM")  # mid-epoch: the checkpoint is taken at the signal
         result = finish(proc, tmp_path / "first.log", t0, "SIGTERM to a training run")
     finally:
         if proc.poll() is None:

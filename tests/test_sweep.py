@@ -24,7 +24,7 @@ def test_unknown_sweep_or_profile_or_option(tmp_path, capsys):
     assert sweep_main(["vit/nonesuch", "--dry-run"]) == 2
     assert "vit/position" in capsys.readouterr().err  # lists the sweeps there are
     assert sweep_main(["vit/position", "--profile", "tpu", "--dry-run"]) == 2
-    assert "['cpu', 'gpu', 'smoke']" in capsys.readouterr().err
+    assert "no profile 'tpu'; profiles: ['cpu', 'gpu', 'imagenet', 'smoke']" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         sweep_main(["vit/position", "--seed", "3", "--dry-run"])  # a typo is not passed to the runs
     assert "after '--'" in capsys.readouterr().err
@@ -153,7 +153,7 @@ def test_end_to_end_subprocess_sweep_with_a_failing_variant(tmp_path):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     out = proc.stdout
     assert "[run 3/3] p2 seed0" in out and "2 finished, 1 failed" in out
-    assert "p3 seed0: exit status 1; " in out and "patch_size=3 does not divide img_size=8" in out
+    assert "p3 seed0: exit status 2; " in out  # a usage error and "patch_size=3 does not divide img_size=8" in out
     exp = root / "e2e-smoke"
     assert "patch_size=3 does not divide img_size=8" in (exp / "p3/seed0/stdout.log").read_text()
     for name in ("p4", "p2"):
