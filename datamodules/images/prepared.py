@@ -210,23 +210,36 @@ def run_tasks(fn: Callable[[Any], dict], tasks: Sequence[Any], weights: Sequence
                 results[i] = fn(task)
                 bar.update(weights[i])
             return results  # type: ignore[return-value]
-        ctx = get_context("fork") if "fork" in _start_methods() else get_context()
-        pool = ctx.Pool(min(workers, len(tasks)), initializer=_ignore_sigint)
+        pool = _pool_context().Pool(min(workers, len(tasks)), initializer=_ignore_sigint)
+        finished = False
         try:
             for i, result in pool.imap_unordered(_indexed, [(fn, i, t) for i, t in enumerate(tasks)]):
                 results[i] = result
                 bar.update(weights[i])
             pool.close()
+            finished = True
         finally:
-            pool.terminate()
+            if not finished:
+                pool.terminate()
             pool.join()
     return results  # type: ignore[return-value]
 
 
-def _start_methods() -> list[str]:
+def _pool_context():
+    """A ``forkserver`` context where there is one (Linux, macOS), else the platform default.
+
+    Not ``fork``: the process that prepares is usually threaded (Lightning, W&B, tqdm's monitor,
+    pytest-xdist), and a child forked from a threaded process can inherit a lock held by another
+    thread and hang at its exit, which hangs the pool's join. The fork server is a clean process
+    that imports this module once (preload), so each worker starts in milliseconds.
+    """
     import multiprocessing
 
-    return multiprocessing.get_all_start_methods()
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return get_context()
+    ctx = get_context("forkserver")
+    ctx.set_forkserver_preload([__name__])
+    return ctx
 
 
 def _indexed(item: tuple[Callable[[Any], dict], int, Any]) -> tuple[int, dict]:
