@@ -14,6 +14,8 @@ from reproductions.__main__ import main as repro_main
 from reproductions.analyze import main as analyze_main
 from reproductions.cli import main as cli_main
 
+pytestmark = pytest.mark.xdist_group("analysis-cli")  # the tests share one trained run (module fixture)
+
 PNG = b"\x89PNG\r\n\x1a\n"
 DIGITS = "reproductions/vit/configs/digits.yaml"
 TIMM = ["--timm", "vit_tiny_patch16_224", "--img-size", "32"]  # a 2x2 grid of 16-pixel patches

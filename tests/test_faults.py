@@ -1,4 +1,5 @@
-"""Faults, through the real command line (``python -m reproductions`` in a subprocess, tiny configs).
+"""Faults, through the real command line (``python -m reproductions`` in a subprocess, tiny configs;
+the config errors found before any data is loaded through the same entry point in this process).
 
 Each test checks the exit status, the last line printed and what is left on disk:
 
@@ -87,6 +88,26 @@ def repro(*args: str, case: str = "", timeout: float = 600, preexec_fn=None, env
                           preexec_fn=preexec_fn)
     result = Result(proc.returncode, proc.stdout, time.monotonic() - start)
     _log(case or " ".join(args[:2]), result)
+    return result
+
+
+def repro_here(*args: str, case: str, capfd, monkeypatch, **env: str) -> Result:
+    """The same entry point, ``reproductions.__main__.main(argv)``, in this process (from the
+    repository root, with ``env`` set): for errors found before any data is loaded or any process
+    started, a subprocess adds only the ~10 s import of torch and Lightning. The real command line
+    in a subprocess is exercised by the ``repro`` cases (the DDP batch, ``--debug``, the runs)."""
+    from reproductions.__main__ import main
+
+    monkeypatch.chdir(REPO)
+    monkeypatch.delenv("REPRO_DEBUG", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    capfd.readouterr()
+    start = time.monotonic()
+    code = main(list(args))
+    out, err = capfd.readouterr()
+    result = Result(code, out + err, time.monotonic() - start)
+    _log(case, result)
     return result
 
 
@@ -196,22 +217,24 @@ def copy_run(finished: Path, tmp_path: Path) -> tuple[Path, Path]:
         ("--ckpt_path last, no checkpoint", [DIGITS, "--ckpt_path", "last"], ["--ckpt_path last: no last checkpoint"]),
     ],
 )
-def test_usage_errors_end_in_one_line_before_any_data_is_loaded(case, args, needles, tmp_path):
+def test_usage_errors_end_in_one_line_before_any_data_is_loaded(case, args, needles, tmp_path, capfd, monkeypatch):
     cache = tmp_path / "behavior-cache"
-    result = repro("fit", "--config", *args, "--run.root", str(tmp_path / "runs"), *TINY[:4], case=case,
-                   env=_env(BEHAVIOR_CACHE_DIR=str(cache), HF_DATASETS_CACHE=str(tmp_path / "hf")))
+    result = repro_here("fit", "--config", *args, "--run.root", str(tmp_path / "runs"), *TINY[:4], case=case,
+                        capfd=capfd, monkeypatch=monkeypatch, BEHAVIOR_CACHE_DIR=str(cache),
+                        HF_DATASETS_CACHE=str(tmp_path / "hf"))
     usage_error(result, *needles)
     assert not (tmp_path / "runs").exists()  # nothing written
     assert not cache.exists() and not (tmp_path / "hf").exists()  # no data loaded (BST: nothing generated)
 
 
-def test_text_file_as_checkpoint_and_run_root_under_a_file(tmp_path):
+def test_text_file_as_checkpoint_and_run_root_under_a_file(tmp_path, capfd, monkeypatch):
     text = tmp_path / "notes.txt"
     text.write_text("hello, not a checkpoint\n" * 10)
-    result = repro("fit", "--config", DIGITS, "--run.root", str(tmp_path / "runs"), "--ckpt_path", str(text),
-                   case="text file as --ckpt_path")
+    result = repro_here("fit", "--config", DIGITS, "--run.root", str(tmp_path / "runs"), "--ckpt_path", str(text),
+                        case="text file as --ckpt_path", capfd=capfd, monkeypatch=monkeypatch)
     usage_error(result, "--ckpt_path", "notes.txt", "not a")
-    result = repro("fit", "--config", DIGITS, "--run.root", str(text / "runs"), case="run root under a file")
+    result = repro_here("fit", "--config", DIGITS, "--run.root", str(text / "runs"), case="run root under a file",
+                        capfd=capfd, monkeypatch=monkeypatch)
     usage_error(result, "notes.txt", "is a file, not a directory")
     assert text.read_text().startswith("hello")
 
@@ -297,6 +320,7 @@ def test_integer_limit_val_batches_is_a_count(tmp_path):
 # --------------------------------------------------------------------------- 4. nothing of a finished run is lost
 
 
+@pytest.mark.xdist_group("faults-finished")  # shares a module fixture: one test process
 def test_finished_run_is_not_overwritten_unless_asked(finished, tmp_path):
     root, run = copy_run(finished, tmp_path)
     before = tree(root)
@@ -313,6 +337,7 @@ def test_finished_run_is_not_overwritten_unless_asked(finished, tmp_path):
     assert not (run / "run.lock").exists()
 
 
+@pytest.mark.xdist_group("faults-finished")  # shares a module fixture: one test process
 @pytest.mark.parametrize("kind", ["missing", "text", "malicious"])
 def test_bad_ckpt_path_leaves_the_finished_run_byte_identical(kind, finished, tmp_path):
     root, run = copy_run(finished, tmp_path)
@@ -340,6 +365,7 @@ def test_bad_ckpt_path_leaves_the_finished_run_byte_identical(kind, finished, tm
 # --------------------------------------------------------------------------- 8. file modes, weights-only loading
 
 
+@pytest.mark.xdist_group("faults-finished")  # shares a module fixture: one test process
 def test_files_are_0644_and_checkpoints_load_weights_only(finished, tmp_path):
     run = finished / RUN
     files = [run / "results.json", run / "config.yaml", run / "metrics.csv", *(run / "checkpoints").glob("*.ckpt")]
@@ -499,6 +525,7 @@ def _limit_file_size(limit: int):
     return preexec
 
 
+@pytest.mark.xdist_group("faults-finished")  # shares a module fixture: one test process
 def test_checkpoint_write_on_a_full_disk_fails_cleanly(finished, tmp_path):
     root, run = copy_run(finished, tmp_path)
     last = run / "checkpoints" / "last.ckpt"

@@ -280,6 +280,7 @@ def reference_runs(tmp_path_factory):
     return sharded, plain
 
 
+@pytest.mark.xdist_group("fsdp-reference")  # shares a module fixture: one test process
 @pytest.mark.slow
 def test_fsdp2_on_two_processes_trains_like_one_process(reference_runs):
     sharded, plain = reference_runs
@@ -318,6 +319,7 @@ def test_fsdp2_on_two_processes_trains_like_one_process(reference_runs):
         assert 0.45 < state["local"] / state["global"] < 0.55
 
 
+@pytest.mark.xdist_group("fsdp-reference")  # shares a module fixture: one test process
 @pytest.mark.slow
 def test_sharded_checkpoint_resumes_on_one_process_then_on_two(reference_runs, tmp_path):
     """A 2-process FSDP2 run stops in epoch 2; it resumes on 1 process from its last.ckpt (2 -> 1)
@@ -351,6 +353,7 @@ def test_sharded_checkpoint_resumes_on_one_process_then_on_two(reference_runs, t
     assert resumed["test"]["test/acc"] == results(sharded)["test"]["test/acc"]  # both tested on 2 processes
 
 
+@pytest.mark.xdist_group("fsdp-reference")  # shares a module fixture: one test process
 @pytest.mark.slow
 def test_sharded_checkpoint_loads_into_the_plain_model_for_test_and_analysis(reference_runs, tmp_path):
     """The FSDP2 run's checkpoint is an ordinary Lightning checkpoint: load_from_checkpoint, the
@@ -405,6 +408,7 @@ def ddp_two_devices(tmp_path_factory):
     return root
 
 
+@pytest.mark.xdist_group("fsdp-ddp")  # shares a module fixture: one test process
 @pytest.mark.slow
 def test_two_torchrun_nodes_split_the_data_like_two_devices(ddp_two_devices, tmp_path):
     """docs/scaling.md's multi-node command as two "nodes" of one process each on this machine
@@ -436,6 +440,7 @@ def test_two_torchrun_nodes_split_the_data_like_two_devices(ddp_two_devices, tmp
 # --------------------------------------------------------------------------- torch.compile under DDP
 
 
+@pytest.mark.xdist_group("fsdp-ddp")  # shares a module fixture: one test process
 @pytest.mark.slow
 def test_compiled_ddp_matches_uncompiled_ddp(ddp_two_devices, tmp_path):
     """2-process DDP with ``--model.init_args.compile true`` (inductor on the CPU; about a minute of

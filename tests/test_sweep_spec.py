@@ -88,7 +88,8 @@ def test_patch_and_pooling_grids_fit_their_images():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("profile", ["cpu", "gpu"])
-def test_every_profile_builds_through_the_cli(profile, tmp_path):
+@pytest.mark.parametrize("sweep", SWEEPS)
+def test_every_profile_builds_through_the_cli(sweep, profile, tmp_path):
     """Every run of the cpu and gpu profiles parses and instantiates (model, data, trainer) through
     ReproductionCLI without training: keys, types and the model's own checks (patch divides image,
     valid kind/placement) hold. CIFAR is not downloaded: nothing reads data before fit."""
@@ -102,16 +103,15 @@ def test_every_profile_builds_through_the_cli(profile, tmp_path):
         s = load_sweep(sweep)
         return {**s.overrides, **s.profile(profile).overrides}
 
-    for sweep in SWEEPS:
-        for run in make_plan(sweep, profile, root=tmp_path, seeds=1).runs:  # seeds differ only in one number
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                cli = BuildOnly(args=run.args)
-            cfg = cli.config["fit"].as_dict()
-            for key, value in {**plan_overrides(sweep, profile), **run.variant.overrides}.items():
-                assert sets(config_value(cfg, key), value), (sweep, run.label, key)
-            assert cli.datamodule is not None
-            if sweep.startswith("vit/"):
-                assert cli.model.net.num_classes == 10
+    for run in make_plan(sweep, profile, root=tmp_path, seeds=1).runs:  # seeds differ only in one number
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            cli = BuildOnly(args=run.args)
+        cfg = cli.config["fit"].as_dict()
+        for key, value in {**plan_overrides(sweep, profile), **run.variant.overrides}.items():
+            assert sets(config_value(cfg, key), value), (sweep, run.label, key)
+        assert cli.datamodule is not None
+        if sweep.startswith("vit/"):
+            assert cli.model.net.num_classes == 10
 
 
 # --------------------------------------------------------------------------- expansion rules
