@@ -96,6 +96,24 @@ def results_state(run_dir: str | os.PathLike) -> tuple[str, dict[str, Any] | Non
     return str(data.get("status", "corrupt")), data
 
 
+def value_at(results: dict, path: str) -> Any:
+    """The value at a dotted ``path`` of a results dict (``training.fit_time_s``), or None."""
+    for part in path.split("."):
+        if not isinstance(results, dict) or part not in results:
+            return None
+        results = results[part]
+    return results
+
+
+def metric_value(results: dict, key: str) -> Any:
+    """A sweep metric of one run: ``stage/name`` keys (``test/auc``) from the test metrics, any
+    other key as a dotted path (``best.score``: the monitored validation value of the best
+    checkpoint, what a tuning sweep selects on), or None."""
+    if "/" in key:
+        return (results.get("test") or {}).get(key)
+    return value_at(results, key)
+
+
 def read_results(run_dir: str | os.PathLike) -> dict[str, Any] | None:
     """The run's results, or None if the run has not finished (no file, a corrupt one, or a
     failed or interrupted run)."""

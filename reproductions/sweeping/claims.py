@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from reproductions.results import metric_value
 from reproductions.sweeping.collect import (
     Stat,
     VariantResults,
@@ -272,7 +273,7 @@ def check_time_to_target(plan: Plan, collected: list[VariantResults]) -> list[st
             seed = int(r.get("seed", -1))
             curve = run_curve(plan, vr.variant, seed, x, y)
             hit = next((t for t, v in curve if v >= target), None)
-            test = (r.get("test") or {}).get(m.key)
+            test = metric_value(r, m.key)
             fit_s = value_at(r, "training.fit_time_s")
             within = "" if budget is None or fit_s is None else (" (within" if fit_s <= budget else " (over") + f" the {budget:g} s budget)"
             reached = "n/a" if test is None else ("reached" if test >= target else "not reached")

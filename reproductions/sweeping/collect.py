@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reproductions.results import RESULTS_FILE, read_results, results_state
+from reproductions.results import RESULTS_FILE, metric_value, read_results, results_state, value_at
 from reproductions.sweeping.launch import last_error
 from reproductions.sweeping.plan import LOG_FILE, Plan
 from reproductions.sweeping.spec import Metric, Variant
@@ -38,15 +38,6 @@ def mean_std(values: Sequence[float]) -> Stat:
     mean = sum(vals) / n
     std = math.sqrt(sum((v - mean) ** 2 for v in vals) / (n - 1)) if n > 1 else None
     return Stat(mean, std, n)
-
-
-def value_at(d: dict, path: str) -> Any:
-    """The value at a dotted ``path`` of a results dict (``training.fit_time_s``), or None."""
-    for part in path.split("."):
-        if not isinstance(d, dict) or part not in d:
-            return None
-        d = d[part]
-    return d
 
 
 @dataclass
@@ -79,7 +70,8 @@ class VariantResults:
         return mean_std([v * m.scale for v in self.values(m.ceiling)]) if m.ceiling else Stat(None, None, 0)
 
     def values_of_metric(self, key: str) -> list[float]:
-        return [float(r["test"][key]) for r in self.results if isinstance((r.get("test") or {}).get(key), (int, float))]
+        values = (metric_value(r, key) for r in self.results)
+        return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
 
     def seeds(self) -> list[int]:
         return [int(r.get("seed", -1)) for r in self.results]

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from reproductions.results import read_results
+from reproductions.results import metric_value, read_results
 from reproductions.sweeping.plan import Plan, Run, run_path
 from reproductions.sweeping.spec import REPO_ROOT, Sweep, SweepError
 
@@ -134,7 +134,7 @@ def last_error(log_path: Path, limit: int = 300) -> str:
 
 def _metric_text(sweep: Sweep, run: Run) -> str:
     res = read_results(run.run_dir) or {}
-    value = (res.get("test") or {}).get(sweep.metric.key)
+    value = metric_value(res, sweep.metric.key)
     return f", {sweep.metric.key} = {value:.4f}" if isinstance(value, (int, float)) else ""
 
 

@@ -2,7 +2,7 @@
 
 Where runs go: ``<root>/<paper>/<name>-<profile>/<variant>/seed<k>/`` (the experiment name
 ``<paper>/<name>-<profile>``, e.g. ``vit/position-cpu``), so profiles never mix. Every run is
-``python -m reproductions fit --config <base> <sweep, profile, variant overrides>
+``python -m reproductions fit --config <base> [--config <profile overlay> ...] <sweep, profile, variant overrides>
 --seed_everything k --run.experiment <exp> --run.variant <variant> --run.group <exp>
 --run.tags [axis, profile, sweep]`` (then ``--devices``/``--wandb`` options and the extra
 overrides). Later overrides win: profile over sweep, variant over profile, extras over all.
@@ -195,12 +195,15 @@ def make_plan(
         if devices > 1:
             device_args += ["--trainer.strategy", "ddp"]
     tags = list(dict.fromkeys([sweep.axis, profile, sweep.id]))
+    overlays: list[str] = []
+    for c in prof.configs:
+        overlays += ["--config", run_path(_display_path(_resolve_base(sweep, c)))]
     runs = []
     for variant in variants:
         config = _resolve_base(sweep, variant.base) if variant.base else base
         for seed in seed_list:
             args = [
-                "fit", "--config", run_path(_display_path(config)),
+                "fit", "--config", run_path(_display_path(config)), *overlays,
                 *override_args({**sweep.overrides, **prof.overrides, **variant.overrides}),
                 *device_args,
                 "--seed_everything", str(seed),

@@ -24,6 +24,8 @@ command line, or any path to a YAML file) holds:
     references:                 # the report's paper columns (optional)
       table8: {label: "...", scale: fraction, note: "...", unverified: false}
     metric: {key: test/acc, label: "test acc. (%)", scale: 100}   # the report's main column
+        # (key: a test metric ``stage/name``, or a dotted results.json path such as best.score,
+        # the best checkpoint's monitored validation value, which a tuning sweep ranks by)
         # (optional; also digits: 2, unit: points (how differences are named), ceiling: a
         # results.json path such as data.ceiling.test_auc: the best reachable value, a table row)
     columns: [{key: test/gauc, label: GAUC, scale: 1, digits: 4}]  # more metric columns (optional)
@@ -34,7 +36,9 @@ command line, or any path to a YAML file) holds:
       cpu:   {seeds: 3, jobs: 2, overrides: {...}}    # minutes on 2 CPU cores, no network
       gpu:   {base: .../cifar10.yaml, overrides: {...}, product: {...}}
 
-A profile adds overrides to every run and may replace ``base``, ``seeds``, ``variants`` or
+A profile adds overrides to every run, may add ``configs`` (overlay YAML files given after each
+run's base config and before the overrides, e.g. a data source: ``reproductions/bst/sources/*.yaml``)
+and may replace ``base``, ``seeds``, ``variants`` or
 ``product`` (e.g. the patch sizes an image size allows) and set ``jobs`` (runs at once) and
 ``threads`` (CPU threads per run).
 A variant with a ``paper`` value gives it as a number, or ``{value: x, unverified: true}``.
@@ -65,7 +69,7 @@ _SWEEP_KEYS = {
     "title", "description", "axis", "base", "seeds", "aliases", "overrides", "variants", "product",
     "references", "claims", "report", "metric", "columns", "profiles",
 }  # fmt: skip
-_PROFILE_KEYS = {"description", "base", "seeds", "jobs", "threads", "overrides", "variants", "product"}
+_PROFILE_KEYS = {"description", "base", "configs", "seeds", "jobs", "threads", "overrides", "variants", "product"}
 _VARIANT_KEYS = {"name", "overrides", "paper", "description", "base", "axes"}
 _REFERENCE_KEYS = {"label", "scale", "note", "unverified"}
 _METRIC_KEYS = {"key", "label", "scale", "digits", "unit", "ceiling"}
@@ -114,7 +118,8 @@ class Variant:
 
 @dataclass(frozen=True)
 class Metric:
-    """A metric column of the report: ``key`` in results.json's ``test``, shown as value x
+    """A metric column of the report: ``key`` in results.json's ``test`` (or, without a ``/``, a
+    dotted path into results.json: ``best.score``), shown as value x
     ``scale`` with ``digits`` decimals; differences are named in ``unit`` ("+1.20 points");
     ``ceiling``, a dotted path into results.json (``data.ceiling.test_auc``), is the best value
     reachable on that data, if the data knows it (the report adds it as a row)."""
@@ -137,6 +142,7 @@ class Profile:
     threads: int | None
     overrides: dict[str, Any]
     variants: list[Variant] | None
+    configs: list[str] = field(default_factory=list)  # overlay configs after each run's base (a data source)
 
 
 @dataclass
@@ -336,6 +342,9 @@ def load_sweep(ref: str | os.PathLike) -> Sweep:
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise SweepError(f"{w}.{key}={value!r} must be a positive integer")
         profile_overrides = _check_keys(f"{w}.overrides", spec.get("overrides") or {}, set(spec.get("overrides") or {}))
+        configs = spec.get("configs") or []
+        if not isinstance(configs, list) or not all(isinstance(c, str) for c in configs):
+            raise SweepError(f"{w}.configs={configs!r}: expected a list of config paths")
         profiles[name] = Profile(
             name=str(name),
             description=spec.get("description"),
@@ -345,6 +354,7 @@ def load_sweep(ref: str | os.PathLike) -> Sweep:
             threads=threads,
             overrides={aliases.get(k, k): v for k, v in profile_overrides.items()},
             variants=_expand(w, _profile_grid(raw, spec), aliases) if ("variants" in spec or "product" in spec) else None,
+            configs=configs,
         )
     for v in variants + [v for p in profiles.values() for v in (p.variants or [])]:
         unknown = sorted(set(v.paper) - known_refs)
