@@ -37,6 +37,10 @@ from pathlib import Path
 import pytest
 import torch
 
+# Imported here, at collection: Lightning's log handlers bind to the stderr of the moment they are
+# made, and one made inside a test's capture would write to a closed stream in the next test.
+import reproductions.cli  # noqa: F401
+
 REPO = Path(__file__).resolve().parents[1]
 DIGITS = "reproductions/vit/configs/digits.yaml"
 BST = "reproductions/bst/configs/bst.yaml"
