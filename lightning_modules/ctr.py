@@ -13,6 +13,14 @@ All three are Metric objects: their states are synced across processes by torchm
 epoch end, never averaged per process. ``train/loss`` is an averageable scalar
 (``sync_dist=True``).
 
+Beside GAUC, what it stands on (``GroupAUROC.coverage``, counted over all processes):
+``impressions`` and ``users`` in the split, ``gauc_impressions`` and ``gauc_users`` of the users
+with both labels (the only ones GAUC scores). With one test impression per user GAUC covers
+nobody; the counts make that visible in the results file. They are logged once per evaluation,
+as float64 (exact beyond float32's 2**24), with ``sync_dist`` and a ``max`` reduction: every
+process holds the same gathered counts, so the reduction keeps them as they are (a sum would
+multiply them by the number of processes), and Lightning has no unsynced epoch value to warn of.
+
 Defaults: AdamW, lr 1e-3, no weight decay, constant rate after an optional linear warm-up.
 The paper's lr 0.01 (Sec. 4.1 settings, unverified) is for its setting (batch 256, Taobao scale, an unspecified
 optimiser); with Adam-type optimisers on the synthetic and MovieLens data 1e-3 is the stable
@@ -164,11 +172,26 @@ class CTRModule(TrainingModule):
         for name in ("auc", "gauc", "logloss"):
             getattr(self, f"{stage}_{name}").reset()
 
+    def _log_coverage(self, stage: str) -> None:
+        """``stage/impressions``, ``users``, ``gauc_impressions``, ``gauc_users`` of this evaluation."""
+        gauc = getattr(self, f"{stage}_gauc")
+        if gauc.update_count == 0:  # no batch ran (e.g. limit_val_batches=0): nothing to count
+            return
+        for name, count in gauc.coverage().items():
+            value = torch.tensor(float(count), dtype=torch.float64, device=self.device)
+            self.log(f"{stage}/{name}", value, on_step=False, on_epoch=True, reduce_fx="max", sync_dist=True)
+
     def on_validation_epoch_start(self) -> None:
         self._reset("val")
 
     def on_test_epoch_start(self) -> None:
         self._reset("test")
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_coverage("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_coverage("test")
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         self._evaluate(batch, "val")

@@ -9,6 +9,10 @@ skipped, in the numerator and in the weights). torchmetrics has no such metric: 
 Per-user AUC is the Mann-Whitney statistic with tied scores given their average rank, so it
 equals ``sklearn.metrics.roc_auc_score`` user by user; all users are computed at once (two
 sorts and a few scatter-adds, no Python loop over users).
+
+How much of the data GAUC speaks for depends on the split: with one test impression per user
+(leave-one-out) no user holds both labels and GAUC is NaN; :meth:`GroupAUROC.coverage` gives
+the users and impressions it used beside the totals, so a results file says it.
 """
 
 from __future__ import annotations
@@ -88,7 +92,8 @@ class GroupAUROC(Metric):
     group (user) ids (N,). The state is the concatenation of all three (``dist_reduce_fx='cat'``),
     so under DDP every process computes GAUC over all impressions, never an average of
     per-process GAUCs (a user's impressions may be split over processes). ``compute()`` returns
-    NaN, with a warning, when no group holds both labels.
+    NaN, with a warning, when no group holds both labels. :meth:`coverage` counts what that
+    value used.
 
     Memory grows with the impressions seen (3 numbers each), as for an exact AUROC.
     """
@@ -102,6 +107,7 @@ class GroupAUROC(Metric):
         self.add_state("preds", default=[], dist_reduce_fx="cat")
         self.add_state("target", default=[], dist_reduce_fx="cat")
         self.add_state("groups", default=[], dist_reduce_fx="cat")
+        self._coverage: dict[str, int] | None = None
 
     def update(self, preds: torch.Tensor, target: torch.Tensor, groups: torch.Tensor) -> None:
         preds, target, groups = preds.detach().flatten(), target.detach().flatten(), groups.detach().flatten()
@@ -116,7 +122,21 @@ class GroupAUROC(Metric):
 
     def compute(self) -> torch.Tensor:
         preds, target, groups = (dim_zero_cat(x) for x in (self.preds, self.target, self.groups))
-        gauc = group_auroc(preds, target, groups)
+        gauc, _, _, counts, valid = group_auroc(preds, target, groups, return_per_group=True)
+        self._coverage = {"impressions": int(counts.sum()), "users": int(counts.numel()),
+                          "gauc_impressions": int(counts[valid].sum()), "gauc_users": int(valid.sum())}
         if torch.isnan(gauc):
             rank_zero_warn("GroupAUROC: no group has both labels; GAUC is undefined (NaN)", UserWarning)
         return gauc.float()
+
+    def coverage(self) -> dict[str, int]:
+        """What the GAUC value stands on: ``impressions`` and ``users`` (distinct groups) seen, and
+        ``gauc_impressions`` and ``gauc_users``, those of the users with both labels (the rest
+        have no AUC and are left out).
+
+        Counted over every process's impressions: it calls :meth:`compute`, which torchmetrics
+        syncs across processes and caches until the next ``update`` or ``reset``, so the counts
+        are those of the GAUC value returned, and asking for both costs one gather.
+        """
+        self.compute()
+        return dict(self._coverage)

@@ -5,7 +5,9 @@ Shared by the ``tests/test_behavior_*.py`` files (not a test file itself).
 
 from __future__ import annotations
 
+import io
 import json
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +18,8 @@ from datamodules.behavior import TAOBAO_TIME_WINDOW, BehaviorDataModule
 SPLIT_CODE = {"train": 0, "val": 1, "test": 2}
 DAY = 86400
 T0 = TAOBAO_TIME_WINDOW[0]  # 2017-11-25 00:00 in UTC+8
+#: the real ml-latest-small zip, when the machine has it beside the checkout (never in the repository)
+ML_LATEST_SMALL = Path(__file__).resolve().parents[2] / "shared/data/movielens/ml-latest-small.zip"
 
 
 @pytest.fixture(scope="session")
@@ -31,6 +35,8 @@ def frame(dm: BehaviorDataModule) -> dict[str, np.ndarray]:
     """All splits' columns concatenated, with a ``split`` code column."""
     parts = {}
     for name, code in SPLIT_CODE.items():
+        if dm.split_dataset(name).num_rows == 0:
+            continue  # an empty split's list columns come back 1-D
         cols = dm.split_dataset(name).with_format("numpy")[:]
         cols["split"] = np.full(len(cols["label"]), code)
         for key, value in cols.items():
@@ -107,4 +113,61 @@ def write_amazon(folder: Path, bad_review_line: str | None = None) -> Path:
         "{'asin': 'A6', 'categories': [['Electronics', 'Audio'], ['Electronics', 'Headphones']]}",
     ]  # A5 has no meta line: category unknown (0)
     (folder / "meta_Electronics.json").write_text("\n".join(meta) + "\n")
+    return folder
+
+
+MOVIES_CSV = [
+    "movieId,title,genres",
+    "1,Toy Story (1995),Adventure|Animation|Children|Comedy|Fantasy",
+    '11,"American President, The (1995)",Comedy|Drama|Romance',  # a comma inside quotes
+    "3,Caf\u00e9 Society (2016),Comedy|Drama|Romance",
+    "4,Heat (1995),Action|Crime|Thriller",
+    "5,Pirates (2010),(no genres listed)",
+    "6,Nixon (1995),Drama",
+]
+RATINGS_CSV = [
+    "userId,movieId,rating,timestamp",
+    "1,3,4.0,200",
+    "1,1,3.5,100",
+    "1,11,5.0,300",
+    "1,4,0.5,400",
+    "1,5,4.5,500",
+    "1,6,2.0,600",
+    "2,6,3.0,50",
+    "2,1,4.0,60",
+    "7,11,1.5,10",
+]
+TAGS_CSV = [
+    "userId,movieId,tag,timestamp",
+    "1,11,funny,310",
+    '2,1,"pixar, animation",70',
+    "7,11,Caf\u00e9 talk,11",
+]
+
+
+def write_movielens_csv(folder: Path, *, ratings: list[str] | None = None, movies: list[str] | None = None,
+                        tags: list[str] | None = TAGS_CSV, encoding: str = "utf-8") -> Path:
+    """A tiny folder of the MovieLens CSV family (headers, quoted titles, '|' genres); no tags.csv
+    if ``tags`` is None."""
+    folder.mkdir(parents=True, exist_ok=True)
+    files = {"ratings.csv": RATINGS_CSV if ratings is None else ratings,
+             "movies.csv": MOVIES_CSV if movies is None else movies, "tags.csv": tags}
+    for name, lines in files.items():
+        if lines is not None:
+            (folder / name).write_bytes(("\n".join(lines) + "\n").encode(encoding))
+    return folder
+
+
+def ml_latest_small(folder: Path, n_users: int | None = None) -> Path:
+    """ml-latest-small unzipped into ``folder`` (only the ratings and tags of users 1..``n_users`` if
+    given); the test is skipped when the zip is not on this machine."""
+    if not ML_LATEST_SMALL.is_file():
+        pytest.skip(f"the real ml-latest-small zip is not at {ML_LATEST_SMALL} (download it from GroupLens)")
+    folder.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(ML_LATEST_SMALL) as archive:
+        for name in ("ratings.csv", "movies.csv", "tags.csv"):
+            lines = io.TextIOWrapper(archive.open(f"ml-latest-small/{name}"), encoding="utf-8").read().splitlines()
+            if n_users is not None and name != "movies.csv":
+                lines = lines[:1] + [line for line in lines[1:] if int(line.split(",", 1)[0]) <= n_users]
+            (folder / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
     return folder

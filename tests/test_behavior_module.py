@@ -55,6 +55,17 @@ def test_invalid_configs_and_missing_data_fail_early(tmp_path):
         ({"synthetic_items": 3, "synthetic_categories": 5}, r"every category needs an item"),
         ({"synthetic_val_fraction": 0.6, "synthetic_test_fraction": 0.5}, r"must be < 1"),
         ({"taobao_time_window": (5, 5)}, r"start < end"),
+        ({"test_fraction": 0.0}, r"test_fraction=0.0 must be in \(0, 1\)"),
+        ({"val_fraction": 1.0}, r"val_fraction=1.0 must be in \(0, 1\)"),
+        ({"test_fraction": 0.5, "val_fraction": 0.5}, r"test_fraction \+ val_fraction = 1.0 must be < 1"),
+        ({"min_split_events": 0}, r"min_split_events=0 must be an int >= 1"),
+        ({"negatives_per_positive": -1},
+         r"negatives_per_positive=-1 must be None \(the source's default\) or an int >= 0"),
+        ({"split": "random"}, r"split='random' is not one of \['user_fraction', 'leave_one_out', 'last_days'\]"),
+        ({"history": "liked"}, r"history='liked' is not one of \['all', 'positive'\]"),
+        ({"source": "taobao_user_behavior", "negatives_per_positive": 0},
+         r"negatives_per_positive=0 leaves source='taobao_user_behavior' with positives only.*its default, 1"),
+        ({"source": "amazon_electronics", "negatives_per_positive": 0}, r"AUC is undefined"),
     ],
 )
 def test_checks_a_type_cannot_express(kwargs, message):
@@ -66,13 +77,41 @@ def test_command_line_rejects_a_closed_choice_while_parsing_and_lists_the_choice
     parser = ArgumentParser(exit_on_error=False)
     parser.add_class_arguments(BehaviorDataModule, "data")
     assert parser.parse_args(["--data.pad_side", "right"]).data.pad_side == "right"
-    for flag, bad in (("source", "criteo"), ("pad_side", "middle"), ("position_scheme", "sqrt")):
+    assert parser.parse_args(["--data.split", "leave_one_out"]).data.split == "leave_one_out"
+    assert parser.parse_args([]).data.negatives_per_positive is None
+    for flag, bad in (("source", "criteo"), ("pad_side", "middle"), ("position_scheme", "sqrt"), ("split", "random"),
+                      ("history", "liked")):
         with pytest.raises(Exception, match=bad):
             parser.parse_args([f"--data.{flag}", bad])
     parser.print_help()
     shown = capsys.readouterr().out
-    assert "{synthetic,movielens_1m,taobao_user_behavior,amazon_electronics}" in shown
+    assert "{synthetic,movielens_1m,movielens_csv,taobao_user_behavior,amazon_electronics}" in shown
     assert "{left,right}" in shown and "{log,linear}" in shown
+    assert "{user_fraction,leave_one_out,last_days}" in shown and "{all,positive}" in shown
+
+
+def test_synthetic_ignores_the_real_sources_split_history_and_negatives(synthetic_dm):
+    """Its random split and generated histories: these arguments change neither its samples nor its cache key."""
+    base = BehaviorDataModule(synthetic_samples=2000, use_cache=False)
+    other = BehaviorDataModule(synthetic_samples=2000, use_cache=False, split="leave_one_out", test_fraction=0.3,
+                               val_fraction=0.2, min_split_events=4, history="positive", negatives_per_positive=3)
+    assert base.preprocessing_params() == other.preprocessing_params()
+    assert not {"split", "test_fraction", "val_fraction", "min_split_events", "history",
+                "negatives_per_positive"} & set(base.preprocessing_params())
+    assert base.describe()["splits"] == other.describe()["splits"]
+    assert synthetic_dm.describe()["split"] == {"rule": "random", "synthetic_val_fraction": 0.1,
+                                                "synthetic_test_fraction": 0.1, "seed": 3}
+
+
+def test_a_real_sources_cache_key_follows_its_split_and_none_is_its_default_negatives(tmp_path):
+    folder = write_movielens(tmp_path / "ml-1m")
+    keys = {}
+    for name, kw in {"default": {}, "none": {"negatives_per_positive": None}, "zero": {"negatives_per_positive": 0},
+                     "one": {"negatives_per_positive": 1}, "loo": {"split": "leave_one_out"},
+                     "test": {"test_fraction": 0.2}, "history": {"history": "positive"}}.items():
+        keys[name] = BehaviorDataModule(source="movielens_1m", data_dir=str(folder), **kw).cache_key()
+    assert keys["default"] == keys["none"] == keys["zero"]  # None stands for the source's default, 0
+    assert len({keys[k] for k in ("default", "one", "loo", "test", "history")}) == 5
 
 
 def test_split_dataset_names_the_splits(synthetic_dm):
@@ -132,6 +171,12 @@ def test_describe_is_json_and_example_batch_fits(tmp_path):
     json.dumps(desc)
     assert desc["source"] == "movielens_1m" and desc["position"]["scheme"] == "log"
     assert desc["ceiling"] is None and dm.ceiling_auc is None
+    assert desc["split"] == {"rule": "user_fraction", "test_fraction": 0.1, "val_fraction": 0.1, "min_split_events": 2}
+    assert desc["history"] == "all" and desc["negatives_per_positive"] == 0
+    assert desc["raw"] == {"ratings": 10, "movies": 6, "users_with_profile": 3}
+    loo = BehaviorDataModule(source="movielens_1m", data_dir=str(folder), cache_dir=str(tmp_path / "c"), seq_len=3,
+                             split="leave_one_out", test_fraction=0.3).describe()
+    assert loo["split"] == {"rule": "leave_one_out"}  # the fractions are not its parameters
     batch = dm.example_batch(2)
     assert batch["hist_items"].shape == (2, 3) and batch["user_features"].shape == (2, 4)
 

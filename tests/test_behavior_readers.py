@@ -1,4 +1,4 @@
-"""datamodules/behavior/readers.py: the three raw readers on small files in the documented formats,
+"""datamodules/behavior/readers.py: the raw readers on small files in the documented formats,
 and the errors that name the file, the line and the format, or the missing files and their download."""
 
 from __future__ import annotations
@@ -12,9 +12,21 @@ from datamodules.behavior.readers import (
     MalformedLineError,
     read_amazon_electronics,
     read_movielens_1m,
+    read_movielens_csv,
     read_user_behavior,
+    text_encoding,
 )
-from tests.behavior_files import DAY, T0, write_amazon, write_movielens, write_user_behavior
+from tests.behavior_files import (
+    DAY,
+    MOVIES_CSV,
+    RATINGS_CSV,
+    T0,
+    TAGS_CSV,
+    write_amazon,
+    write_movielens,
+    write_movielens_csv,
+    write_user_behavior,
+)
 
 
 def test_missing_folder_or_files_say_what_and_where_to_download(tmp_path):
@@ -29,6 +41,9 @@ def test_missing_folder_or_files_say_what_and_where_to_download(tmp_path):
         read_user_behavior(tmp_path)
     with pytest.raises(DatasetMissingError, match=r"missing reviews_Electronics_5.json, meta_Electronics.json.*jmcauley"):
         read_amazon_electronics(tmp_path)
+    (tmp_path / "ratings.csv").write_text("userId,movieId,rating,timestamp\n1,1,5.0,10\n")
+    with pytest.raises(DatasetMissingError, match=r"missing movies.csv in .*ml-latest-small.zip"):
+        read_movielens_csv(tmp_path)
     assert issubclass(DatasetMissingError, FileNotFoundError)
 
 
@@ -62,6 +77,71 @@ def test_movielens_malformed_line_names_file_line_and_format(tmp_path, name, bad
     with pytest.raises(MalformedLineError, match=rf"{name}, line {line}: malformed line \({why}.*expected") as err:
         read_movielens_1m(folder)
     assert err.value.lineno == line and err.value.path.endswith(name)
+
+
+# ------------------------------------------------------------------------------ the MovieLens CSV family
+def test_movielens_csv_reader_headers_quoted_titles_genres_and_tags(tmp_path):
+    ev = read_movielens_csv(write_movielens_csv(tmp_path / "ml"))
+    # 6 movies (the quoted "American President, The" is one row of three fields), users 1, 2, 7
+    assert (ev["n_users"], ev["n_items"], ev["n_categories"]) == (4, 7, 5)  # Action, Adventure, Comedy, Drama
+    assert ev["user_features"] is None and ev["profile_sizes"] == []
+    assert ev["counts"] == {"movies": 6, "tags": 3}
+    u1 = ev["user"] == 1
+    # movies sorted by id get items 1..6: 1, 3, 4, 5, 6, 11; user 1 in time order: 1, 3, 11, 4, 5, 6
+    assert ev["item"][u1].tolist() == [1, 2, 6, 3, 4, 5] and ev["time"][u1].tolist() == [100, 200, 300, 400, 500, 600]
+    assert ev["rating"][u1].tolist() == [3.5, 4.0, 5.0, 0.5, 4.5, 2.0] and ev["rating"].dtype == np.float64
+    # the first listed genre: Toy Story -> Adventure (2), American President and Café Society -> Comedy (3),
+    # Heat -> Action (1), Pirates (no genres listed) -> 0 unknown, Nixon -> Drama (4)
+    assert ev["item_category"].tolist() == [0, 2, 3, 1, 0, 4, 3]
+    np.testing.assert_array_equal(ev["category"], ev["item_category"][ev["item"]])
+    assert read_movielens_csv(write_movielens_csv(tmp_path / "no-tags", tags=None))["counts"]["tags"] is None
+
+
+def test_movielens_csv_reads_latin1_files_like_utf8_ones(tmp_path):
+    utf8 = write_movielens_csv(tmp_path / "utf8")
+    latin1 = write_movielens_csv(tmp_path / "latin1", encoding="latin-1")
+    assert "é".encode("latin-1") in (latin1 / "movies.csv").read_bytes()  # not valid UTF-8 ...
+    with pytest.raises(UnicodeDecodeError):
+        (latin1 / "movies.csv").read_bytes().decode("utf-8")
+    assert text_encoding(utf8 / "movies.csv") == "utf-8-sig" and text_encoding(latin1 / "movies.csv") == "latin-1"
+    assert text_encoding(latin1 / "ratings.csv") == "utf-8-sig"  # ASCII is UTF-8
+    a, b = read_movielens_csv(utf8), read_movielens_csv(latin1)  # ... and still read, with the same result
+    assert a["counts"] == b["counts"] == {"movies": 6, "tags": 3}
+    for key in ("user", "item", "category", "time", "rating", "item_category"):
+        np.testing.assert_array_equal(a[key], b[key])
+
+
+@pytest.mark.parametrize(
+    ("name", "bad", "line", "why"),
+    [
+        ("ratings.csv", "1,2,four,100", 3, "rating 'four' is not a number"),
+        ("ratings.csv", "1,2,4.3,100", 4, "rating '4.3' is not in 0.5 steps"),
+        ("ratings.csv", "1,2,5.5,100", 4, "rating '5.5' is not in 0.5 steps"),
+        ("ratings.csv", "1,2,4.0", 5, "3 fields, not 4"),
+        ("ratings.csv", "1,2,4.0,100,7", 5, "5 fields, not 4"),
+        ("ratings.csv", "1.5,2,4.0,100", 2, "userId '1.5' is not an integer"),
+        ("movies.csv", "7,Hello, World (1999),Drama", 3, "4 fields, not 3"),
+        ("movies.csv", "x7,Seven (1995),Drama", 6, "movieId 'x7' is not an integer"),
+        ("tags.csv", "1,3,nice,yesterday", 3, "timestamp 'yesterday' is not an integer"),
+    ],
+)
+def test_movielens_csv_malformed_line_names_file_line_and_format(tmp_path, name, bad, line, why):
+    lines = {"ratings.csv": RATINGS_CSV, "movies.csv": MOVIES_CSV, "tags.csv": TAGS_CSV}[name].copy()
+    lines.insert(line - 1, bad)
+    folder = write_movielens_csv(tmp_path / "ml", **{name.removesuffix(".csv"): lines})
+    with pytest.raises(MalformedLineError, match=rf"{name}, line {line}: malformed line \({why}.*expected") as err:
+        read_movielens_csv(folder)
+    assert err.value.lineno == line and err.value.path.endswith(name)
+
+
+@pytest.mark.parametrize("name", ["ratings.csv", "movies.csv", "tags.csv"])
+def test_movielens_csv_wrong_header_is_line_1(tmp_path, name):
+    lines = {"ratings.csv": RATINGS_CSV, "movies.csv": MOVIES_CSV, "tags.csv": TAGS_CSV}[name]
+    header = lines[0]
+    for wrong in (lines[1:], ["user," + header.split(",", 1)[1], *lines[1:]]):  # no header; a renamed column
+        folder = write_movielens_csv(tmp_path / f"ml-{len(wrong)}", **{name.removesuffix(".csv"): wrong})
+        with pytest.raises(MalformedLineError, match=rf"{name}, line 1: malformed line \(the header is not {header}\)"):
+            read_movielens_csv(folder)
 
 
 # ------------------------------------------------------------------------------ Taobao

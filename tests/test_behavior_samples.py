@@ -65,3 +65,75 @@ def test_build_samples_histories_minimum_and_negatives():
     assert cols["label"].tolist() == [1, 1, 1] + [0] * 6 and split.tolist() == [1, 2, 2] + [1, 1, 2, 2, 2, 2]
     np.testing.assert_array_equal(cols["hist_items"][3:], np.repeat(cols["hist_items"][:3], 2, axis=0))
     np.testing.assert_array_equal(cols["target_category"], item_category[cols["target_item"]])
+
+
+def test_history_index_among_the_marked_events_only():
+    user = np.array([1, 1, 1, 1, 1, 2, 2, 2])
+    marked = np.array([1, 0, 1, 0, 1, 0, 1, 1], dtype=bool)
+    idx, mask = history_index(user, seq_len=2, pad_side="left", among=marked)
+    # user 1: events 0, 2, 4 are marked; event 3 sees 0 and 2, event 4 sees 0 and 2 (not itself)
+    assert np.where(mask, idx, -1).tolist() == [[-1, -1], [-1, 0], [-1, 0], [0, 2], [0, 2],
+                                                [-1, -1], [-1, -1], [-1, 6]]  # user 2 never sees user 1's
+    idx, mask = history_index(user, seq_len=3, pad_side="right", among=marked)
+    assert np.where(mask, idx, -1)[4].tolist() == [0, 2, -1] and np.where(mask, idx, -1)[7].tolist() == [6, -1, -1]
+    everything = history_index(user, 3, "left", among=np.ones(len(user), bool))
+    for got, expected in zip(everything, history_index(user, 3, "left")):
+        np.testing.assert_array_equal(got, expected)
+    none = history_index(user, 3, "left", among=np.zeros(len(user), bool))
+    assert not none[1].any()
+
+
+def _mixed_events(seed: int, n_users: int = 12):
+    """Events sorted by (user, time) with labels 0 and 1 and one distinct item per event."""
+    rng = np.random.default_rng(seed)
+    user = np.repeat(np.arange(1, n_users + 1), rng.integers(3, 25, n_users))
+    time = np.concatenate([np.sort(rng.integers(0, 10**5, (user == u).sum())) for u in range(1, n_users + 1)])
+    item = np.arange(1, len(user) + 1)
+    label = (rng.random(len(user)) < 0.5).astype(np.float32)
+    return user, item, time, label
+
+
+def test_positive_history_windows_hold_only_earlier_positives_of_the_same_user():
+    user, item, time, label = _mixed_events(1)
+    kw = dict(user=user, item=item, category=np.ones_like(item), time=time, label=label,
+              split=np.zeros(len(user), int), seq_len=4, pad_side="left", bucketize=bucketize_time_delta, min_history=0)
+    windows = {kind: build_samples(history=kind, **kw)[0] for kind in ("all", "positive")}
+    assert all(len(cols["label"]) == len(user) for cols in windows.values())  # min_history 0: one sample per event
+    for e in range(len(user)):
+        earlier = [j for j in range(e) if user[j] == user[e]]
+        expected = {"all": [int(item[j]) for j in earlier][-4:],
+                    "positive": [int(item[j]) for j in earlier if label[j] == 1][-4:]}
+        for kind, cols in windows.items():
+            window = cols["hist_items"][e]
+            assert window[window != 0].tolist() == expected[kind], (kind, e)
+    cols = windows["positive"]
+    real = cols["hist_items"] != 0
+    assert (np.where(real, cols["hist_times"], 0) <= cols["target_time"][:, None]).all()
+    assert real.sum() < (windows["all"]["hist_items"] != 0).sum()
+    with pytest.raises(ValueError, match=r"history='liked' is not one of \['all', 'positive'\]"):
+        build_samples(history="liked", **kw)
+
+
+def test_negatives_only_for_positives_never_a_rated_item_and_in_the_positives_split():
+    user, _, time, label = _mixed_events(2, n_users=20)
+    rng = np.random.default_rng(0)
+    item = rng.integers(1, 300, len(user))  # items repeat across users, as ratings do
+    item_category = np.arange(300) % 7
+    split = rng.integers(0, 3, len(user))
+    cols, out_split = build_samples(user=user, item=item, category=item_category[item], time=time, label=label,
+                                    split=split, seq_len=5, pad_side="left", bucketize=bucketize_time_delta,
+                                    min_history=1, negatives=3, item_category=item_category,
+                                    rng=np.random.default_rng(1))
+    kept = np.ones(len(user), bool)
+    kept[np.r_[0, np.flatnonzero(np.diff(user)) + 1]] = False  # each user's first event has no history
+    n_kept, n_pos = int(kept.sum()), int(label[kept].sum())
+    assert len(cols["label"]) == n_kept + 3 * n_pos and cols["label"][n_kept:].sum() == 0
+    rated = set(zip(user.tolist(), item.tolist()))
+    positives = np.flatnonzero(cols["label"][:n_kept] == 1)
+    twin = np.repeat(positives, 3)  # the positive each negative was drawn for
+    for row, pos in zip(range(n_kept, len(cols["label"])), twin):
+        assert (int(cols["user"][row]), int(cols["target_item"][row])) not in rated
+        assert cols["user"][row] == cols["user"][pos] and cols["target_time"][row] == cols["target_time"][pos]
+        assert cols["hist_items"][row].tolist() == cols["hist_items"][pos].tolist()
+        assert out_split[row] == out_split[pos]
+    np.testing.assert_array_equal(cols["target_category"], item_category[cols["target_item"]])

@@ -20,6 +20,9 @@ from lightning_modules.base import warmup_schedule
 from lightning_modules.ctr import CTRModule, check_feature_sizes, rela_impr
 from lightning_modules.metrics import GroupAUROC, group_auroc
 from models.ctr import BST, WDL
+from tests.behavior_files import ml_latest_small
+
+COUNTS = ("impressions", "users", "gauc_impressions", "gauc_users")
 
 
 # ------------------------------------------------------------------------------------- GAUC
@@ -32,6 +35,13 @@ def brute_force_gauc(preds: np.ndarray, target: np.ndarray, groups: np.ndarray) 
         num += m.sum() * roc_auc_score(target[m], preds[m])
         den += m.sum()
     return num / den
+
+
+def brute_force_coverage(target: np.ndarray, groups: np.ndarray) -> dict[str, int]:
+    """Impressions and users, and those of the users with both labels, counted user by user."""
+    both = [g for g in np.unique(groups) if len(np.unique(target[groups == g])) == 2]
+    return {"impressions": len(target), "users": len(np.unique(groups)),
+            "gauc_impressions": int(sum((groups == g).sum() for g in both)), "gauc_users": len(both)}
 
 
 def random_impressions(n: int, n_groups: int, seed: int):
@@ -81,6 +91,20 @@ def test_gauc_is_nan_with_a_warning_when_no_user_has_both_labels():
         metric.update(torch.tensor([0.2]), torch.tensor([1, 0]), torch.tensor([1, 2]))
 
 
+def test_gauc_coverage_counts_the_users_with_both_labels():
+    preds, target, groups = random_impressions(2000, 60, 5)
+    expected = brute_force_coverage(target, groups)
+    assert 0 < expected["gauc_users"] < expected["users"]  # one-class users exist, and are not counted
+    metric = GroupAUROC()
+    for chunk in np.array_split(np.arange(len(preds)), 5):
+        metric.update(torch.from_numpy(preds[chunk]), torch.from_numpy(target[chunk]), torch.from_numpy(groups[chunk]))
+    gauc = float(metric.compute())
+    assert metric.coverage() == expected and float(metric.compute()) == gauc  # the counts of the value computed
+    metric.reset()
+    metric.update(torch.tensor([0.2, 0.4, 0.6]), torch.tensor([1, 0, 1]), torch.tensor([4, 4, 9]))
+    assert metric.coverage() == {"impressions": 3, "users": 2, "gauc_impressions": 2, "gauc_users": 1}
+
+
 def test_gauc_merged_states_equal_one_metric_over_everything():
     """Two processes' states (a user's impressions split between them) merge to the global GAUC."""
     preds, target, groups = random_impressions(1500, 40, 3)
@@ -93,6 +117,7 @@ def test_gauc_merged_states_equal_one_metric_over_everything():
     separate_mean = (float(copy.deepcopy(rank0).compute()) + float(copy.deepcopy(rank1).compute())) / 2
     rank0.merge_state(rank1)
     assert math.isclose(float(rank0.compute()), float(single.compute()), abs_tol=1e-7)
+    assert rank0.coverage() == single.coverage() == brute_force_coverage(target, groups)
     assert not math.isclose(separate_mean, float(single.compute()), abs_tol=1e-4)  # averaging would be wrong
 
 
@@ -104,7 +129,7 @@ def _gauc_worker(rank: int, world: int, port: int, queue) -> None:
         part = np.array_split(np.arange(len(preds)), [700])[rank]  # uneven halves
         metric = GroupAUROC()
         metric.update(torch.from_numpy(preds[part]), torch.from_numpy(target[part]), torch.from_numpy(groups[part]))
-        queue.put((rank, float(metric.compute())))  # compute() gathers every process's state
+        queue.put((rank, (float(metric.compute()), metric.coverage())))  # compute() gathers every process's state
     finally:
         dist.destroy_process_group()
 
@@ -120,8 +145,10 @@ def test_gauc_synced_over_two_cpu_processes_equals_one_process():
     results = dict(queue.get() for _ in range(2))
     preds, target, groups = random_impressions(1500, 40, 3)
     expected = brute_force_gauc(preds, target, groups)
-    assert math.isclose(results[0], expected, abs_tol=1e-6)
-    assert math.isclose(results[1], expected, abs_tol=1e-6)
+    for rank in (0, 1):
+        gauc, coverage = results[rank]
+        assert math.isclose(gauc, expected, abs_tol=1e-6)
+        assert coverage == brute_force_coverage(target, groups)  # every impression, not this process's share
 
 
 # ------------------------------------------------------------------------------------- helpers
@@ -211,7 +238,7 @@ def test_training_a_tiny_bst_reduces_the_loss_and_logs_auc_and_gauc(synthetic):
 
     train_before = loss_on_seen()
     before = trainer().validate(module, datamodule=synthetic, verbose=False)[0]
-    assert set(before) == {"val/auc", "val/gauc", "val/logloss"}
+    assert set(before) == {"val/auc", "val/gauc", "val/logloss", *(f"val/{c}" for c in COUNTS)}
     fit = trainer(max_epochs=3, limit_train_batches=30)
     fit.fit(module, datamodule=synthetic)
     logged = fit.callback_metrics
@@ -222,7 +249,7 @@ def test_training_a_tiny_bst_reduces_the_loss_and_logs_auc_and_gauc(synthetic):
     assert after["val/logloss"] < before["val/logloss"]
     assert after["val/auc"] > 0.55
     test = trainer().test(module, datamodule=synthetic, verbose=False)[0]
-    assert set(test) == {"test/auc", "test/gauc", "test/logloss"}
+    assert set(test) == {"test/auc", "test/gauc", "test/logloss", *(f"test/{c}" for c in COUNTS)}
     # the logged AUC is the AUC of the predictions over the whole split
     preds = trainer().predict(module, datamodule=synthetic)
     probs = torch.cat([p["prob"] for p in preds]).numpy()
@@ -238,3 +265,29 @@ def test_setup_rejects_a_net_too_small_for_the_data(synthetic):
     module = CTRModule(tiny_bst_for(synthetic, n_items=sizes["n_items"] - 1))
     with pytest.raises(ValueError, match=rf"n_items={sizes['n_items'] - 1} but the data needs n_items >= {sizes['n_items']}"):
         trainer(max_steps=1).fit(module, datamodule=synthetic)
+
+
+def test_gauc_and_its_coverage_on_a_real_movielens_slice_equal_a_brute_force_count(tmp_path):
+    """The first 60 users of ml-latest-small on the default per-user split: the logged GAUC is the
+    per-user sklearn AUC weighted by impressions, and the counts are those of the users with both labels."""
+    folder = ml_latest_small(tmp_path / "ml-latest-small", n_users=60)
+    dm = BehaviorDataModule(source="movielens_csv", data_dir=str(folder), cache_dir=str(tmp_path / "c"), seq_len=8,
+                            batch_size=128, eval_batch_size=100)
+    dm.prepare_data()
+    assert dm.describe()["splits"]["test"]["users"] == 60  # every user of ml-latest-small has 20 ratings or more
+    L.seed_everything(0)
+    module = CTRModule(tiny_bst_for(dm))
+    logged = {}
+    for stage, run in (("val", trainer().validate), ("test", trainer().test)):
+        logged.update(run(module, datamodule=dm, verbose=False)[0])
+    preds = trainer().predict(module, datamodule=dm)  # the test split, in order
+    probs = torch.cat([p["prob"] for p in preds]).numpy()
+    labels = torch.cat([p["label"] for p in preds]).numpy().astype(int)
+    users = torch.cat([p["user"] for p in preds]).numpy()
+    assert len(labels) > 2 * 100  # several evaluation batches, so the metric accumulates
+    expected = brute_force_coverage(labels, users)
+    assert 0 < expected["gauc_users"] < 60  # some test users liked (or disliked) every test movie
+    assert math.isclose(logged["test/gauc"], brute_force_gauc(probs, labels, users), abs_tol=1e-6)
+    assert {c: logged[f"test/{c}"] for c in COUNTS} == expected
+    val = dm.split_dataset("val").with_format("numpy")[:]
+    assert {c: logged[f"val/{c}"] for c in COUNTS} == brute_force_coverage(val["label"].astype(int), val["user"])

@@ -118,8 +118,19 @@ def save_entry(path: Path, splits, meta: dict) -> None:
     atomically; a complete entry written meanwhile by another process wins."""
     with atomic_directory(path, complete=is_complete) as tmp:
         with _datasets_progress_bars_off():
-            splits.save_to_disk(str(tmp / "splits"))
+            splits.save_to_disk(str(tmp / "splits"), **_shards_for_empty_splits(splits))
         atomic_write_json(tmp / "meta.json", meta, indent=1)
+
+
+def _shards_for_empty_splits(splits) -> dict:
+    """``save_to_disk`` options that give an empty split (a tiny file, a strict history rule) one
+    empty shard: by default datasets writes none for it, and then cannot load the entry back."""
+    from datasets import DatasetDict
+
+    if not isinstance(splits, DatasetDict):
+        return {}
+    empty = {name: 1 for name, dataset in splits.items() if dataset.num_rows == 0}
+    return {"num_shards": empty} if empty else {}
 
 
 def load_entry(path: Path):

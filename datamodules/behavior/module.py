@@ -4,6 +4,18 @@ The stages it runs (each in its own module of this package): ``sources.py`` pick
 pipeline (reader, split rule, samples), ``cache.py`` stores the preprocessed splits on disk
 and loads them back, and this module serves them.
 
+Evaluation protocol
+-------------------
+Every real source is split the same way, by ``split`` (``splits.py``): ``user_fraction``
+(default) gives each user with enough events the last ``test_fraction`` of them as test and the
+``val_fraction`` before as validation, at least ``min_split_events`` each, so most evaluated
+users have impressions of both labels and GAUC is defined for them (``CTRModule`` logs how many
+users and impressions it covers); ``leave_one_out`` (the last event test, the one before
+validation) and ``last_days`` (Taobao's last day test) are kept as options. ``history`` picks
+what the sequence holds (every previous event, or only the positives) and
+``negatives_per_positive`` adds sampled negatives (None: the source's default). The synthetic
+source keeps its random split and ignores all of these. ``describe()`` records them.
+
 Batches and devices
 -------------------
 ``batch_size`` is the global batch; ``setup`` splits it over ``trainer.world_size`` processes
@@ -36,9 +48,9 @@ from datamodules.behavior.cache import (
 )
 from datamodules.behavior.readers import TAOBAO_TIME_WINDOW
 from models.choices import check_annotated_choices
-from datamodules.behavior.samples import PadSide, PositionScheme, bucketize_time_delta
-from datamodules.behavior.sources import SourceName, get_source
-from datamodules.behavior.splits import SPLITS, SplitName, split_summary
+from datamodules.behavior.samples import HistoryKind, PadSide, PositionScheme, bucketize_time_delta
+from datamodules.behavior.sources import Source, SourceName, get_source
+from datamodules.behavior.splits import SPLITS, SplitName, SplitRuleName, split_summary
 from models.ctr import PAD, PAD_BUCKET, ZERO_DELTA_BUCKET
 
 #: batch keys and the stored column each comes from (``hist_mask`` is hist_items != 0)
@@ -52,7 +64,8 @@ class BehaviorDataModule(LightningDataModule):
     """CTR samples with behaviour sequences from one of ``sources.SOURCES`` (see the package docstring).
 
     Args:
-        source: ``synthetic`` | ``movielens_1m`` | ``taobao_user_behavior`` | ``amazon_electronics``.
+        source: ``synthetic`` | ``movielens_1m`` | ``movielens_csv`` | ``taobao_user_behavior`` |
+            ``amazon_electronics``.
         data_dir: folder with the raw files (real sources); never committed to the repository.
         cache_dir: where preprocessed splits are cached; default ``$BEHAVIOR_CACHE_DIR`` or
             ``~/.cache/bst_behavior``.
@@ -61,6 +74,9 @@ class BehaviorDataModule(LightningDataModule):
         pad_side: ``left`` (the newest item last) | ``right``.
         min_history: drop samples with fewer history items (real sources; for ``synthetic`` the
             smallest generated history length).
+        history: what a real source's sequence holds: ``all`` previous events of the user
+            (MovieLens: every rated movie, whatever the rating) | ``positive``: only the previous
+            positives (label 1). The same for Taobao and Amazon, whose events are all positives.
         n_position_buckets: position-feature vocabulary, padding bucket 0 included.
         position_scheme: ``log`` (default) | ``linear`` (see ``samples.bucketize_time_delta``).
         position_time_unit: seconds per unit of the bucketing (default 60: minutes).
@@ -70,11 +86,22 @@ class BehaviorDataModule(LightningDataModule):
         num_workers: DataLoader workers per process.
         pin_memory: pin host memory (useful on GPUs).
         seed: seeds the synthetic world, the split, negative sampling and user subsampling.
+        split: the real sources' evaluation protocol: ``user_fraction`` (per user the last
+            ``test_fraction`` of the events test, the ``val_fraction`` before them validation) |
+            ``leave_one_out`` (per user the last event test, the one before validation) |
+            ``last_days`` (the last day test, the day before validation, in
+            UTC+``utc_offset_hours``). The synthetic source ignores it (random split).
+        test_fraction, val_fraction: ``user_fraction``'s shares of each user's events.
+        min_split_events: ``user_fraction``'s least test and validation events per user; users
+            with fewer than 2 * min_split_events + 1 events (more, with large fractions) are
+            all train.
         synthetic_users, synthetic_items, synthetic_categories, synthetic_samples: sizes of the
             synthetic world.
         synthetic_val_fraction, synthetic_test_fraction: random split of the synthetic samples.
         positive_rating: MovieLens label = rating >= this.
-        negatives_per_positive: sampled negatives per click (Taobao, Amazon).
+        negatives_per_positive: sampled negatives (label 0, items the user has no event with)
+            per positive; None: the source's default, 1 for Taobao and Amazon (all events are
+            positives), 0 for MovieLens (the low ratings are the negatives).
         max_users: keep a seeded random subset of this many users (real sources).
         taobao_time_window: [start, end) unix seconds of the Taobao clicks kept (None: all).
         utc_offset_hours: the time zone of Taobao's day boundaries (UTC+8).
@@ -92,6 +119,7 @@ class BehaviorDataModule(LightningDataModule):
         seq_len: int = 20,
         pad_side: PadSide = "left",
         min_history: int = 1,
+        history: HistoryKind = "all",
         n_position_buckets: int = 24,
         position_scheme: PositionScheme = "log",
         position_time_unit: float = 60.0,
@@ -101,6 +129,10 @@ class BehaviorDataModule(LightningDataModule):
         num_workers: int = 0,
         pin_memory: bool = False,
         seed: int = 0,
+        split: SplitRuleName = "user_fraction",
+        test_fraction: float = 0.1,
+        val_fraction: float = 0.1,
+        min_split_events: int = 2,
         synthetic_users: int = 2000,
         synthetic_items: int = 2000,
         synthetic_categories: int = 20,
@@ -108,7 +140,7 @@ class BehaviorDataModule(LightningDataModule):
         synthetic_val_fraction: float = 0.1,
         synthetic_test_fraction: float = 0.1,
         positive_rating: int = 4,
-        negatives_per_positive: int = 1,
+        negatives_per_positive: int | None = None,
         max_users: int | None = None,
         taobao_time_window: tuple[int, int] | None = TAOBAO_TIME_WINDOW,
         utc_offset_hours: float = 8.0,
@@ -118,6 +150,7 @@ class BehaviorDataModule(LightningDataModule):
         check_annotated_choices(BehaviorDataModule.__init__, self.hparams)
         _check_arguments(self.hparams)
         self._source = get_source(source)
+        _check_source_arguments(self._source, self.hparams)
         if self._source.files is not None and data_dir is None:
             self._source.files.require(data_dir)  # says where to download it
         self.source = source
@@ -148,6 +181,8 @@ class BehaviorDataModule(LightningDataModule):
         h = {k: v for k, v in h.items() if not k.startswith(self._source.cache_ignores)}
         # as JSON holds it; a source that ignores the window records None (the keys always have)
         h["taobao_time_window"] = list(h["taobao_time_window"]) if h.get("taobao_time_window") else None
+        if "negatives_per_positive" in h:  # None and the default it stands for make the same samples
+            h["negatives_per_positive"] = self._source.negatives_per_positive(h)
         return h
 
     def cache_key(self) -> str:
@@ -155,7 +190,7 @@ class BehaviorDataModule(LightningDataModule):
         files = []
         if self._source.files is not None:
             folder = self._source.files.require(self.data_dir)
-            files = file_stats(folder, self._source.files.names)
+            files = file_stats(folder, self._source.files.present(folder))
         return entry_key(self.preprocessing_params(), files)
 
     def _ensure_prepared(self) -> None:
@@ -297,6 +332,7 @@ class BehaviorDataModule(LightningDataModule):
             "seq_len": h.seq_len,
             "pad_side": h.pad_side,
             "min_history": h.min_history,
+            "split": self._source.describe_split(h),
             "position": {"scheme": h.position_scheme, "n_buckets": h.n_position_buckets,
                          "time_unit_s": h.position_time_unit, "log_base": h.position_log_base,
                          "padding_bucket": PAD_BUCKET, "zero_delta_bucket": ZERO_DELTA_BUCKET},
@@ -313,6 +349,8 @@ class BehaviorDataModule(LightningDataModule):
             out[self.source] = {k: h[k] for k in h if k.startswith(f"{self.source}_")}
         else:
             out["raw"] = self._meta.get("raw")
+            out["history"] = h.history
+            out["negatives_per_positive"] = self._source.negatives_per_positive(h)
             out.update({k: h[k] for k in self._source.described})
         return out
 
@@ -349,9 +387,12 @@ def _pass_through(batch):
 def _check_arguments(h: Mapping) -> None:
     """What a type cannot say: positive sizes, ranges, consistent synthetic world sizes."""
     _positive(seq_len=h["seq_len"], batch_size=h["batch_size"], position_time_unit=h["position_time_unit"],
-              negatives_per_positive=h["negatives_per_positive"], synthetic_users=h["synthetic_users"],
-              synthetic_items=h["synthetic_items"], synthetic_categories=h["synthetic_categories"],
-              synthetic_samples=h["synthetic_samples"])
+              synthetic_users=h["synthetic_users"], synthetic_items=h["synthetic_items"],
+              synthetic_categories=h["synthetic_categories"], synthetic_samples=h["synthetic_samples"])
+    negatives = h["negatives_per_positive"]
+    if negatives is not None and (not isinstance(negatives, int) or isinstance(negatives, bool) or negatives < 0):
+        raise ValueError(f"negatives_per_positive={negatives!r} must be None (the source's default) or an int >= 0")
+    _check_split_arguments(h)
     for name in ("eval_batch_size", "max_users"):
         if h[name] is not None:
             _positive(**{name: h[name]})
@@ -379,6 +420,30 @@ def _check_arguments(h: Mapping) -> None:
     window = h["taobao_time_window"]
     if window is not None and window[0] >= window[1]:
         raise ValueError(f"taobao_time_window={list(window)!r} must be [start, end) with start < end")
+
+
+def _check_split_arguments(h: Mapping) -> None:
+    """``user_fraction``'s shares in (0, 1) with room for train events, and its minimum an int >= 1."""
+    for name in ("test_fraction", "val_fraction"):
+        if not isinstance(h[name], (int, float)) or not 0.0 < h[name] < 1.0:
+            raise ValueError(f"{name}={h[name]!r} must be in (0, 1)")
+    if h["test_fraction"] + h["val_fraction"] >= 1.0:
+        raise ValueError(
+            f"test_fraction + val_fraction = {h['test_fraction'] + h['val_fraction']!r} must be < 1 "
+            "(the rest of each user's events is train)"
+        )
+    m = h["min_split_events"]
+    if not isinstance(m, int) or isinstance(m, bool) or m < 1:
+        raise ValueError(f"min_split_events={m!r} must be an int >= 1 (the least test and validation events per user)")
+
+
+def _check_source_arguments(source: Source, h: Mapping) -> None:
+    """What depends on the source: a source whose events are all positives needs sampled negatives."""
+    if source.default_negatives and source.negatives_per_positive(h) == 0:
+        raise ValueError(
+            f"negatives_per_positive=0 leaves source={source.name!r} with positives only (its events are all "
+            f"positives, so AUC is undefined): use None (its default, {source.default_negatives}) or an int >= 1"
+        )
 
 
 def _positive(**values) -> None:

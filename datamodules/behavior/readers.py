@@ -2,6 +2,10 @@
 
 - :func:`read_movielens_1m`: ``ratings.dat``, ``users.dat``, ``movies.dat`` (``::``-separated,
   latin-1); ids mapped to 1..n.
+- :func:`read_movielens_csv`: the MovieLens CSV family (ml-latest-small, ml-latest, ml-20m,
+  ml-25m, ml-32m): ``ratings.csv``, ``movies.csv`` and the optional ``tags.csv``, with headers,
+  UTF-8 (latin-1 when a file does not decode as UTF-8); no profile. Ids mapped to 1..n as for
+  ml-1m.
 - :func:`read_user_behavior`: Taobao's ``UserBehavior.csv`` (about 100M rows: pandas chunks on
   the fast path, a line-by-line scan to report the first bad line); raw ids.
 - :func:`read_amazon_electronics`: the 5-core Electronics reviews and their meta data, JSON or
@@ -15,10 +19,12 @@ the documented format (``FORMATS``) raises :class:`MalformedLineError` (``path, 
 from __future__ import annotations
 
 import ast
+import codecs
+import csv
 import json
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +36,11 @@ FORMATS = {
     "ratings.dat": "UserID::MovieID::Rating::Timestamp (integers, latin-1)",
     "users.dat": "UserID::Gender::Age::Occupation::Zip-code (latin-1)",
     "movies.dat": "MovieID::Title::Genres with Genres separated by '|' (latin-1)",
+    "ratings.csv": "the header userId,movieId,rating,timestamp, then integers except rating, a number in 0.5 steps "
+                   "from 0.5 to 5 (UTF-8 or latin-1)",
+    "movies.csv": "the header movieId,title,genres, then CSV rows (a title with a comma in double quotes), "
+                  "movieId an integer, genres separated by '|' or '(no genres listed)' (UTF-8 or latin-1)",
+    "tags.csv": "the header userId,movieId,tag,timestamp, then CSV rows, integers except tag (UTF-8 or latin-1)",
     "UserBehavior.csv": "user_id,item_id,category_id,behavior_type,timestamp (no header; integers except behavior_type in pv/buy/cart/fav)",
     "reviews_Electronics_5.json": 'one JSON object per line with "reviewerID" (str), "asin" (str), "unixReviewTime" (int)',
     "meta_Electronics.json": "one JSON object or Python dict literal per line with 'asin' (str) and optionally 'categories' (list of lists of str)",
@@ -56,11 +67,18 @@ class DatasetMissingError(FileNotFoundError):
 
 @dataclass(frozen=True)
 class RawFiles:
-    """The raw files a source reads from its ``data_dir``, and where to download them."""
+    """The raw files a source reads from its ``data_dir`` (``names`` required, ``optional`` read
+    when present), and where to download them."""
 
     source: str
     names: tuple[str, ...]
     download: str
+    optional: tuple[str, ...] = ()
+
+    def present(self, folder: Path) -> tuple[str, ...]:
+        """The required files and the optional ones ``folder`` holds: what the reader reads and
+        the cache key tracks."""
+        return self.names + tuple(name for name in self.optional if (folder / name).is_file())
 
     def require(self, data_dir: str | os.PathLike | None) -> Path:
         """The folder holding every file, or :class:`DatasetMissingError` saying what is missing and where to get it."""
@@ -87,6 +105,13 @@ class RawFiles:
 MOVIELENS_1M_FILES = RawFiles(
     "movielens_1m", ("ratings.dat", "users.dat", "movies.dat"),
     "https://files.grouplens.org/datasets/movielens/ml-1m.zip (unzip; data_dir = the ml-1m folder)",
+)
+MOVIELENS_CSV_FILES = RawFiles(
+    "movielens_csv", ("ratings.csv", "movies.csv"),
+    "the GroupLens MovieLens page, https://grouplens.org/datasets/movielens/ (the CSV family: ml-latest-small, "
+    "ml-latest, ml-20m, ml-25m, ml-32m; e.g. https://files.grouplens.org/datasets/movielens/ml-latest-small.zip; "
+    "unzip; data_dir = the unzipped folder)",
+    optional=("tags.csv",),
 )
 TAOBAO_FILES = RawFiles(
     "taobao_user_behavior", ("UserBehavior.csv",),
@@ -122,35 +147,66 @@ def read_movielens_1m(data_dir: str | os.PathLike) -> dict:
     """Parse ml-1m. Returns events (sorted by user, time, file order) and the vocabularies.
 
     Keys: ``user``, ``item``, ``category``, ``time`` (int64 seconds), ``rating`` (E,) arrays;
-    ``user_features`` (n_users + 1, 4) profile table indexed by user id (row 0 = unknown);
-    ``n_users``, ``n_items``, ``n_categories``, ``profile_sizes`` (vocabulary sizes, id 0 included).
+    ``item_category`` (n_items + 1,) category per item id; ``user_features`` (n_users + 1, 4)
+    profile table indexed by user id (row 0 = unknown); ``n_users``, ``n_items``,
+    ``n_categories``, ``profile_sizes`` (vocabulary sizes, id 0 included); ``counts`` of the raw
+    files.
     """
     folder = MOVIELENS_1M_FILES.require(data_dir)
     movie_genre = _read_movies(folder / "movies.dat")
     profiles = _read_users(folder / "users.dat")
     raw_user, raw_movie, rating, ts = _read_ratings(folder / "ratings.dat")
+    out = _movielens_ids(raw_user, raw_movie, rating, ts, movie_genre)
 
+    field_maps = [_vocab(p[f] for p in profiles.values()) for f in range(4)]
+    user_features = np.zeros((out["n_users"], 4), dtype=np.int64)
+    for user_id, uid in out.pop("user_map").items():
+        if user_id in profiles:
+            user_features[uid] = [field_maps[f][profiles[user_id][f]] for f in range(4)]
+    return {**out, "user_features": user_features, "profile_sizes": [len(m) + 1 for m in field_maps],
+            "counts": {"movies": len(movie_genre), "users_with_profile": len(profiles)}}
+
+
+def read_movielens_csv(data_dir: str | os.PathLike) -> dict:
+    """Parse a folder of the MovieLens CSV family (ml-latest-small, ml-latest, ml-20m, ml-25m, ml-32m).
+
+    ``ratings.csv`` (ratings in 0.5 steps), ``movies.csv`` (the category is the first listed
+    genre; ``(no genres listed)`` is category 0, unknown) and, when present, ``tags.csv`` (read
+    and checked, then only counted: tags are no model feature). Each file is read as UTF-8, or
+    as latin-1 when it does not decode as UTF-8 (older copies were re-encoded). The family has
+    no demographics, so there is no profile. Returns the keys of :func:`read_movielens_1m` with
+    ``user_features`` None, ``profile_sizes`` [] and ``rating`` float64; ``counts`` holds the
+    movies and tags read (``tags`` None without ``tags.csv``).
+    """
+    folder = MOVIELENS_CSV_FILES.require(data_dir)
+    movie_genre = _read_movies_csv(folder / "movies.csv")
+    raw_user, raw_movie, rating, ts = _read_ratings_csv(folder / "ratings.csv")
+    tags = _count_tags_csv(folder / "tags.csv") if (folder / "tags.csv").is_file() else None
+    out = _movielens_ids(raw_user, raw_movie, rating, ts, movie_genre)
+    del out["user_map"]
+    return {**out, "user_features": None, "profile_sizes": [], "counts": {"movies": len(movie_genre), "tags": tags}}
+
+
+def _movielens_ids(raw_user: np.ndarray, raw_movie: np.ndarray, rating: np.ndarray, ts: np.ndarray,
+                   movie_genre: dict[int, str | None]) -> dict:
+    """Ids 1..n (users rated; movies listed or rated; first genres) and the events sorted by
+    (user, time, file order).
+
+    A movie that is rated but not listed, or listed without a genre, has category 0 (unknown).
+    """
     user_map = _vocab(np.unique(raw_user).tolist())
     item_map = _vocab(set(movie_genre) | set(np.unique(raw_movie).tolist()))
-    genre_map = _vocab(movie_genre.values())
-    field_maps = [_vocab(p[f] for p in profiles.values()) for f in range(4)]
-
+    genre_map = _vocab(g for g in movie_genre.values() if g is not None)
     item_category = np.zeros(len(item_map) + 1, dtype=np.int64)
     for movie_id, item_id in item_map.items():
         item_category[item_id] = genre_map.get(movie_genre.get(movie_id), PAD)
-    user_features = np.zeros((len(user_map) + 1, 4), dtype=np.int64)
-    for user_id, uid in user_map.items():
-        if user_id in profiles:
-            user_features[uid] = [field_maps[f][profiles[user_id][f]] for f in range(4)]
-
     user = _map_array(raw_user, user_map)
     item = _map_array(raw_movie, item_map)
     order = np.lexsort((np.arange(len(user)), ts, user))  # user, then time, then file order
     return {
         "user": user[order], "item": item[order], "category": item_category[item[order]],
-        "time": ts[order], "rating": rating[order], "user_features": user_features,
+        "time": ts[order], "rating": rating[order], "item_category": item_category, "user_map": user_map,
         "n_users": len(user_map) + 1, "n_items": len(item_map) + 1, "n_categories": len(genre_map) + 1,
-        "profile_sizes": [len(m) + 1 for m in field_maps],
     }
 
 
@@ -198,6 +254,143 @@ def _map_array(values: np.ndarray, mapping: dict) -> np.ndarray:
     order = np.argsort(keys)
     pos = np.searchsorted(keys[order], values)
     return ids[order][pos]
+
+
+# ----------------------------------------------------------------------------- the MovieLens CSV family
+RATINGS_CSV_HEADER = ("userId", "movieId", "rating", "timestamp")
+MOVIES_CSV_HEADER = ("movieId", "title", "genres")
+TAGS_CSV_HEADER = ("userId", "movieId", "tag", "timestamp")
+NO_GENRES = "(no genres listed)"
+
+
+def text_encoding(path: Path, block: int = 1 << 24) -> str:
+    """``utf-8-sig`` (UTF-8, a byte-order mark dropped) if the whole file decodes as UTF-8, else
+    ``latin-1``, which decodes any bytes (a file re-encoded by an older tool stays readable)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    with open(path, "rb") as f:
+        try:
+            for chunk in iter(lambda: f.read(block), b""):
+                decoder.decode(chunk)
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError:
+            return "latin-1"
+    return "utf-8-sig"
+
+
+def _csv_rows(path: Path, header: tuple[str, ...], check: Callable[[list[str]], object] | None = None,
+              encoding: str | None = None) -> Iterator[tuple[int, list[str]]]:
+    """Yield (line number, fields) of each row after ``header``; blank lines are skipped.
+
+    Uses the csv module, so a quoted field may hold commas. A wrong header, a row with another
+    number of fields, or a row ``check`` rejects (a ValueError saying why) raises
+    :class:`MalformedLineError` with the line number (of the row's last line, for a quoted field
+    spanning lines). ``encoding`` None: :func:`text_encoding`'s.
+    """
+    expected = FORMATS[path.name]
+    with open(path, encoding=encoding or text_encoding(path), newline="") as f:
+        reader = csv.reader(f)
+        first = next(reader, None)
+        if first is None or tuple(x.strip() for x in first) != header:
+            shown = None if first is None else ",".join(first)
+            raise MalformedLineError(path, 1, expected, shown, f"the header is not {','.join(header)}")
+        for row in reader:
+            if not row or (len(row) == 1 and not row[0].strip()):
+                continue
+            text = ",".join(row)
+            if len(row) != len(header):
+                raise MalformedLineError(path, reader.line_num, expected, text,
+                                         f"{len(row)} fields, not {len(header)}")
+            if check is not None:
+                try:
+                    check(row)
+                except ValueError as err:
+                    raise MalformedLineError(path, reader.line_num, expected, text, str(err)) from None
+            yield reader.line_num, row
+
+
+def _check_ids_and_time(row: list[str]) -> None:
+    """ValueError unless fields 0, 1 and 3 (userId, movieId, timestamp of ratings.csv and tags.csv) are integers."""
+    for name, value in zip(("userId", "movieId", "timestamp"), (row[0], row[1], row[3])):
+        if not _is_int(value):
+            raise ValueError(f"{name} {value!r} is not an integer")
+
+
+def _check_rating_row(row: list[str]) -> float:
+    """The rating of a ratings.csv row; ValueError unless the ids and time are integers and the
+    rating is in 0.5 steps from 0.5 to 5."""
+    _check_ids_and_time(row)
+    try:
+        rating = float(row[2])
+    except ValueError:
+        raise ValueError(f"rating {row[2]!r} is not a number") from None
+    if not _is_half_step(np.array([rating]))[0]:
+        raise ValueError(f"rating {row[2]!r} is not in 0.5 steps from 0.5 to 5")
+    return rating
+
+
+def _is_int(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_half_step(rating: np.ndarray) -> np.ndarray:
+    """Which ratings are 0.5, 1.0, ..., 5.0 (NaN is not)."""
+    doubled = rating * 2
+    return (rating >= 0.5) & (rating <= 5.0) & (doubled == np.round(doubled))
+
+
+def _read_ratings_csv(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Raw userId, movieId (int64), rating (float64), timestamp (int64), in file order.
+
+    Fast path: pandas with fixed dtypes (ml-32m has 32M rows); if it does not parse, or a
+    rating is off the 0.5 steps, the file is scanned row by row to report the first bad line.
+    """
+    import pandas as pd
+
+    encoding = text_encoding(path)
+    next(_csv_rows(path, RATINGS_CSV_HEADER, encoding=encoding), None)  # checks the header (and the first row's width)
+    dtypes = {"userId": "int64", "movieId": "int64", "rating": "float64", "timestamp": "int64"}
+    try:
+        table = pd.read_csv(path, header=0, names=list(RATINGS_CSV_HEADER), dtype=dtypes, engine="c",
+                            encoding=encoding, skip_blank_lines=True)
+    except (ValueError, pd.errors.ParserError, OverflowError, TypeError):
+        _scan_ratings_csv(path, encoding)  # finds and raises the first bad line
+        raise  # the scan found nothing wrong row by row: surface pandas' own error
+    rating = table["rating"].to_numpy()
+    if not _is_half_step(rating).all():
+        _scan_ratings_csv(path, encoding)
+    if len(table) == 0:
+        raise ValueError(f"{path} holds no ratings")
+    return (table["userId"].to_numpy(), table["movieId"].to_numpy(), rating, table["timestamp"].to_numpy())
+
+
+def _scan_ratings_csv(path: Path, encoding: str) -> None:
+    """Raise the first malformed line of ratings.csv (the slow, exact path)."""
+    for _ in _csv_rows(path, RATINGS_CSV_HEADER, check=_check_rating_row, encoding=encoding):
+        pass
+
+
+def _read_movies_csv(path: Path) -> dict[int, str | None]:
+    """movieId -> its first listed genre (None for ``(no genres listed)`` or an empty field)."""
+    movie_genre: dict[int, str | None] = {}
+    for _, (movie, _title, genres) in _csv_rows(path, MOVIES_CSV_HEADER, check=_check_movie_row):
+        first = genres.split("|")[0].strip()
+        movie_genre[int(movie)] = None if first in ("", NO_GENRES) else first
+    return movie_genre
+
+
+def _check_movie_row(row: list[str]) -> None:
+    """ValueError unless the movieId is an integer (titles and genres are free text)."""
+    if not _is_int(row[0]):
+        raise ValueError(f"movieId {row[0]!r} is not an integer")
+
+
+def _count_tags_csv(path: Path) -> int:
+    """The number of tags in tags.csv, every row checked (the tags themselves are no feature)."""
+    return sum(1 for _ in _csv_rows(path, TAGS_CSV_HEADER, check=_check_ids_and_time))
 
 
 def _scan_user_behavior(path: Path, start_line: int = 1) -> None:

@@ -14,8 +14,11 @@ Samples
 -------
 :func:`build_samples` turns events sorted by (user, time, file order) into samples: every event
 is a target, its history the user's previous ``seq_len`` events (:func:`history_index`), oldest
-to newest, padded with id 0 on ``pad_side`` (left: the newest item is last); optionally each
-event also yields sampled negatives (:func:`sample_negatives`) with the same history and time.
+to newest, padded with id 0 on ``pad_side`` (left: the newest item is last). ``history``
+(``HistoryKind``) says which previous events: ``all`` (every one, whatever its label: for
+MovieLens the rated movies, liked or not) or ``positive`` (only those with label 1: the movies
+the user liked, as a click sequence holds clicks). Optionally each positive event also yields
+sampled negatives (:func:`sample_negatives`) with the same history and time.
 """
 
 from __future__ import annotations
@@ -26,12 +29,15 @@ from typing import Literal, get_args
 
 import numpy as np
 
+from models.choices import check_choice
 from models.ctr import PAD, PAD_BUCKET, ZERO_DELTA_BUCKET
 
 PadSide = Literal["left", "right"]
 PositionScheme = Literal["log", "linear"]
+HistoryKind = Literal["all", "positive"]
 PAD_SIDES: tuple[str, ...] = get_args(PadSide)
 POSITION_SCHEMES: tuple[str, ...] = get_args(PositionScheme)
+HISTORY_KINDS: tuple[str, ...] = get_args(HistoryKind)
 
 
 def bucketize_time_delta(
@@ -64,27 +70,41 @@ def bucketize_time_delta(
     return (ZERO_DELTA_BUCKET + np.minimum(raw, top)).astype(np.int64)
 
 
-def history_index(user: np.ndarray, seq_len: int, pad_side: PadSide) -> tuple[np.ndarray, np.ndarray]:
+def history_index(user: np.ndarray, seq_len: int, pad_side: PadSide,
+                  among: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """For events sorted by (user, time): the indices (E, L) of each event's previous ``seq_len``
     events of the same user, oldest to newest, and the mask (E, L) of real entries.
 
-    ``left`` padding puts the real entries last (the newest in the last column); ``right``
-    puts them first. Masked entries hold index 0 (use the mask).
+    ``among`` (E,) bool limits the history to the events it marks (e.g. the positives); None:
+    every event. ``left`` padding puts the real entries last (the newest in the last column);
+    ``right`` puts them first. Masked entries hold index 0 (use the mask).
+
+    Vectorised: the marked events are numbered in order (``rank``); an event's history is the
+    marked events numbered from the user's first one up to, not including, the event itself.
     """
     E = len(user)
     pos = np.arange(E)
+    marked = np.ones(E, dtype=bool) if among is None else np.asarray(among, dtype=bool)
+    if marked.shape != (E,):
+        raise ValueError(f"among has shape {marked.shape}, not the {E} events' ({E},)")
     new = np.ones(E, dtype=bool)
     new[1:] = user[1:] != user[:-1]
     start = np.maximum.accumulate(np.where(new, pos, 0))
-    n = np.minimum(pos - start, seq_len)  # earlier events available
+    before = np.cumsum(marked) - marked  # marked events at earlier positions: the rank of the next one
+    n = np.minimum(before - before[start], seq_len)  # earlier marked events of the same user available
     cols = np.arange(seq_len)
     if pad_side == "left":
-        idx = pos[:, None] - seq_len + cols[None, :]
+        rank = before[:, None] - seq_len + cols[None, :]
         mask = cols[None, :] >= (seq_len - n)[:, None]
     else:
-        idx = (pos - n)[:, None] + cols[None, :]
+        rank = (before - n)[:, None] + cols[None, :]
         mask = cols[None, :] < n[:, None]
-    return np.where(mask, idx, 0), mask
+    if among is not None:  # rank -> position of the marked event (every event marked: they are equal)
+        marked_pos = np.flatnonzero(marked) if marked.any() else np.zeros(1, dtype=np.int64)
+        np.clip(rank, 0, len(marked_pos) - 1, out=rank)
+        rank = marked_pos[rank]
+    rank[~mask] = 0  # in place: (E, L) int64 is the largest array here
+    return rank, mask
 
 
 def sample_negatives(user: np.ndarray, clicked_user: np.ndarray, clicked_item: np.ndarray,
@@ -119,18 +139,21 @@ def build_samples(
     pad_side: PadSide,
     bucketize: Callable[[np.ndarray], np.ndarray],
     min_history: int,
+    history: HistoryKind = "all",
     user_features: np.ndarray | None = None,
     negatives: int = 0,
     item_category: np.ndarray | None = None,
     rng: np.random.Generator | None = None,
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Samples from events sorted by (user, time, order): every event is a target with the user's
-    previous events as its history. Samples with fewer than ``min_history`` history items are
-    dropped. With ``negatives`` > 0 each event also yields that many samples (label 0) with the
-    same history and time and a never-clicked target item (category from ``item_category``,
-    drawn with ``rng``). Returns (columns, split codes 0/1/2).
+    previous events (``history``: ``all``, or only the ``positive`` ones) as its history. Samples
+    with fewer than ``min_history`` history items are dropped. With ``negatives`` > 0 each
+    positive (label 1) also yields that many samples (label 0) with the same history, time and
+    split and a target item the user has no event with (category from ``item_category``, drawn
+    with ``rng`` from the items of all events). Returns (columns, split codes 0/1/2).
     """
-    hidx, hmask = history_index(user, seq_len, pad_side)
+    check_choice("history", history, HistoryKind)
+    hidx, hmask = history_index(user, seq_len, pad_side, among=None if history == "all" else label == 1)
     keep = hmask.sum(1) >= min_history
     hidx, hmask = hidx[keep], hmask[keep]
     t_user, t_item, t_time = user[keep], item[keep], time[keep]
@@ -147,11 +170,12 @@ def build_samples(
     if user_features is not None and user_features.shape[1]:
         cols["user_features"] = user_features[t_user]
     if negatives:
-        reps = {k: np.repeat(v, negatives, axis=0) for k, v in cols.items()}
+        positive = t_label == 1  # a rated-but-disliked movie is already a negative: it gets none
+        reps = {k: np.repeat(v[positive], negatives, axis=0) for k, v in cols.items()}
         candidates = np.unique(item)
         reps["target_item"] = sample_negatives(reps["user"], user, item, candidates, rng)
         reps["target_category"] = item_category[reps["target_item"]]
         reps["label"] = np.zeros_like(reps["label"])
         cols = {k: np.concatenate([cols[k], reps[k]]) for k in cols}
-        t_split = np.concatenate([t_split, np.repeat(t_split, negatives)])
+        t_split = np.concatenate([t_split, np.repeat(t_split[positive], negatives)])
     return cols, t_split

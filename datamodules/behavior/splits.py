@@ -1,11 +1,21 @@
 """Train / validation / test split codes (0 / 1 / 2) and the seeded user subset.
 
-Each source names one rule in its registry entry (``sources.py``):
+The real sources share one evaluation protocol, chosen by the data module's ``split``
+(``SplitRuleName``; ``sources.py`` maps each name to its rule):
 
-- :func:`per_user_last_split` (MovieLens, Amazon): per user, the last event is test, the second
-  to last validation, the rest train; temporal, so no history holds a later event.
-- :func:`day_split` (Taobao): the last calendar day is test, the day before validation.
-- :func:`random_split` (synthetic): samples are i.i.d. given the user, so a seeded random cut.
+- ``user_fraction`` (default), :func:`per_user_fraction_split`: per user, the last
+  ``test_fraction`` of the user's events (at least ``min_split_events``) are test, the
+  ``val_fraction`` before them validation, the rest train. Every evaluated user has several
+  test impressions, so a user can hold both labels and GAUC (a per-user AUC) is defined for
+  them; with one test event per user it never is.
+- ``leave_one_out``, :func:`per_user_last_split`: per user, the last event is test, the second
+  to last validation, the rest train (DIN's Amazon protocol).
+- ``last_days``, :func:`day_split`: the last calendar day is test, the day before validation
+  (Taobao's nine days).
+
+All three are temporal: within a user, the train events come before the validation events and
+those before the test events, so a model never trains on a user's future.
+:func:`random_split` (synthetic) is a seeded random cut: those samples are i.i.d. given the user.
 
 :func:`subsample_users` keeps a seeded random subset of users (``max_users``).
 """
@@ -19,6 +29,39 @@ import numpy as np
 SplitName = Literal["train", "val", "test"]
 #: the split names, in the order of their codes 0, 1, 2
 SPLITS: tuple[str, ...] = get_args(SplitName)
+#: the evaluation protocols of the real sources (the data module's ``split``)
+SplitRuleName = Literal["user_fraction", "leave_one_out", "last_days"]
+SPLIT_RULE_NAMES: tuple[str, ...] = get_args(SplitRuleName)
+
+
+def per_user_fraction_split(user: np.ndarray, *, test_fraction: float = 0.1, val_fraction: float = 0.1,
+                            min_split_events: int = 2) -> np.ndarray:
+    """Split codes for events sorted by (user, time): per user with n events, the last
+    max(``min_split_events``, round(``test_fraction`` * n)) are test (2), the
+    max(``min_split_events``, round(``val_fraction`` * n)) before them validation (1), the rest
+    train (0). A user whose test and validation counts would leave no train event is all train
+    (with the defaults: fewer than 5 events), so every split of an evaluated user has at least
+    ``min_split_events`` events. Halves round up.
+    """
+    E = len(user)
+    pos = np.arange(E)
+    new = np.ones(E, dtype=bool)
+    new[1:] = user[1:] != user[:-1]
+    start = np.maximum.accumulate(np.where(new, pos, 0))
+    last = np.ones(E, dtype=bool)
+    last[:-1] = new[1:]
+    end = np.minimum.accumulate(np.where(last, pos, E)[::-1])[::-1]  # each event's user's last position
+    n = end - start + 1
+    n_test = np.maximum(min_split_events, _round_half_up(test_fraction * n))
+    n_val = np.maximum(min_split_events, _round_half_up(val_fraction * n))
+    from_end = end - pos  # 0 for the user's last event
+    split = np.where(from_end < n_test, 2, np.where(from_end < n_test + n_val, 1, 0))
+    return np.where(n_test + n_val < n, split, 0)
+
+
+def _round_half_up(x: np.ndarray) -> np.ndarray:
+    """Nearest integer, halves up (0.1 * 25 is 2.5 and gives 3; the epsilon absorbs float error)."""
+    return np.floor(x + 0.5 + 1e-9).astype(np.int64)
 
 
 def per_user_last_split(user: np.ndarray, min_events: int = 3) -> np.ndarray:
