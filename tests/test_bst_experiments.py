@@ -311,8 +311,8 @@ def test_report_of_hand_made_ctr_results(tmp_path):
     assert "fractions, as the paper prints them" in md and "`synthetic` (train 320000, val 40000, test 40000 samples" in md
     assert "our order (mean test AUC): BST-b1 (0.7600) > BST-b2 (0.7550) > DIN (0.7450) > WDL+Seq (0.7300) > WDL (0.7200)" in md
     assert "claimed: BST-b1 > DIN > WDL+Seq > WDL: 6 of 6 pairs in that order here" in md
-    assert "BST-b1 > DIN? yes: BST-b1 - DIN = +0.0150 AUC (± 0.0065 s.e.)" in md
-    assert "WDL+Seq > WDL? yes, within 2 s.e.: WDL+Seq - WDL = +0.0100 AUC (± 0.0115 s.e.)" in md
+    assert "BST-b1 > DIN? holds: BST-b1 - DIN = +0.0150 AUC (± 0.0065 s.e.)" in md
+    assert "WDL+Seq > WDL? within noise (under 2 s.e.): WDL+Seq - WDL = +0.0100 AUC (± 0.0115 s.e.)" in md
     assert "BST-b2 > BST-b3? no result" in md
     assert "by the paper column: BST-b1 > BST-b2 > DIN > WDL+Seq > BST-b3 > WDL: 10 of 10 pairs in that order here" in md
     assert "ceiling 0.8000 (test AUC of the true probabilities); distance to it: BST-b1 0.0400, BST-b2 0.0450" in md

@@ -58,6 +58,19 @@ def _std_error(a: Stat, b: Stat) -> float | None:
     return math.sqrt(a.std**2 / a.n + b.std**2 / b.n)
 
 
+def claim_verdict(a: Stat, b: Stat) -> str:
+    """Whether "a > b" holds: ``holds`` / ``does not hold`` when the gap is at least 2 standard
+    errors of the difference, ``within noise`` when it is smaller; with fewer than 2 seeds a side
+    there is no standard error and the verdict says so."""
+    d = a.mean - b.mean
+    se = _std_error(a, b)
+    if se is None:
+        return ("holds" if d > 0 else "does not hold") + " (one seed: no s.e.)"
+    if abs(d) < 2 * se:
+        return "within noise (under 2 s.e.)"
+    return "holds" if d > 0 else "does not hold"
+
+
 def _delta(a: Stat, b: Stat, m: Metric = Metric()) -> str:
     """b - a in the metric's unit (points), with the combined standard error when both have n >= 2."""
     if a.mean is None or b.mean is None:
@@ -207,12 +220,7 @@ def check_ordering(plan: Plan, collected: list[VariantResults]) -> list[str]:
             if sa.mean is None or sb.mean is None:
                 lines.append(f"  {a} > {b}? no result")
                 continue
-            se = _std_error(sb, sa)
-            d = sa.mean - sb.mean
-            verdict = "yes" if d > 0 else "no"
-            if se is not None and abs(d) < 2 * se:
-                verdict += ", within 2 s.e."
-            lines.append(f"  {a} > {b}? {verdict}: {a} - {b} = {_delta(sb, sa, m)}")
+            lines.append(f"  {a} > {b}? {claim_verdict(sa, sb)}: {a} - {b} = {_delta(sb, sa, m)}")
     ceiling = ceiling_value(collected, m)
     if ceiling.mean is not None:
         gaps = ", ".join(f"{n} {ceiling.mean - s.mean:.{m.digits}f}" for s, n in done)
