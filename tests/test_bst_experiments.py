@@ -359,3 +359,45 @@ def test_both_sweeps_complete_at_the_smoke_profile_and_report_the_ctr_columns(tm
         assert "None: every planned run finished." in md
         assert (plan.experiment_dir / f"{plan.sweep.axis}.png").read_bytes()[:8] == PNG
         assert "report.md" in printed[sweep]
+
+
+# the smoke profile's sizes, on top of a real-data profile: one short epoch of tiny nets
+REAL_DATA_SMOKE = [
+    "--model.net.init_args.item_dim", "8", "--model.net.init_args.category_dim", "8",
+    "--model.net.init_args.mlp_dims", "[32, 16]", "--trainer.max_epochs", "1",
+    "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "2", "--trainer.limit_test_batches", "2",
+    "--trainer.log_every_n_steps", "1",
+]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sweep", ["bst/table", "bst/position", "bst/tune", "bst/probe"])
+def test_real_data_profiles_complete_on_a_slice_of_ml_latest_small(sweep, tmp_path):
+    """Each cpu-movielens profile, with the smoke sizes, on the first 40 users of the real
+    ml-latest-small (copied into a temporary folder): every run finishes on the movielens_csv
+    source with the user_fraction split and GAUC is defined where the run is tested. The table
+    and position sweeps run whole and write their report; of the tuning grid and the probes, the
+    first two planned runs, by their planned commands."""
+    from tests.behavior_files import ml_latest_small
+
+    data = ml_latest_small(tmp_path / "ml-latest-small", n_users=40)
+    root = tmp_path / "runs"
+    extra = ["--data.data_dir", str(data), "--data.cache_dir", str(tmp_path / "cache"), *REAL_DATA_SMOKE]
+    plan = make_plan(sweep, "cpu-movielens", root=root, extra=extra)
+    whole = sweep in ("bst/table", "bst/position")
+    if whole:
+        out = io.StringIO()
+        rc = sweep_main([sweep, "--profile", "cpu-movielens", "--root", str(root), "--jobs", "1", "--", *extra],
+                        runner=inprocess_runner, out=out)
+        assert rc == 0, out.getvalue()
+        assert (plan.experiment_dir / REPORT_FILE).is_file()
+    else:
+        for run in plan.runs[:2]:
+            cli_main(run.args)
+    for run in plan.runs if whole else plan.runs[:2]:
+        res = read_results(run.run_dir)
+        assert res is not None and res["status"] == "finished", run.label
+        assert res["data"]["source"] == "movielens_csv" and res["data"]["split"]["rule"] == "user_fraction"
+        assert res["best"]["score"] is not None  # what bst/tune ranks by
+        if whole:
+            assert 0.0 <= res["test"]["test/gauc"] <= 1.0 and res["test"]["test/gauc_users"] >= 1
