@@ -60,6 +60,13 @@ def test_movielens_reader_sorts_by_user_time_and_file_order_and_maps_ids(tmp_pat
     assert (np.diff(ev["user"]) >= 0).all()
 
 
+def assert_malformed(read, folder, name: str, line: int, why: str) -> None:
+    """``read(folder)`` raises MalformedLineError naming ``name``, its ``line`` and ``why``, then the format."""
+    with pytest.raises(MalformedLineError, match=rf"{name}, line {line}: malformed line \({why}.*expected") as err:
+        read(folder)
+    assert err.value.lineno == line and err.value.path.endswith(name)
+
+
 @pytest.mark.parametrize(
     ("name", "bad", "line", "why"),
     [
@@ -74,12 +81,14 @@ def test_movielens_malformed_line_names_file_line_and_format(tmp_path, name, bad
     lines = (folder / name).read_bytes().decode("latin-1").splitlines()
     lines.insert(line - 1, bad)
     (folder / name).write_bytes(("\n".join(lines) + "\n").encode("latin-1"))
-    with pytest.raises(MalformedLineError, match=rf"{name}, line {line}: malformed line \({why}.*expected") as err:
-        read_movielens_1m(folder)
-    assert err.value.lineno == line and err.value.path.endswith(name)
+    assert_malformed(read_movielens_1m, folder, name, line, why)
 
 
 # ------------------------------------------------------------------------------ the MovieLens CSV family
+#: each CSV fixture file's lines, by file name
+CSV_LINES = {"ratings.csv": RATINGS_CSV, "movies.csv": MOVIES_CSV, "tags.csv": TAGS_CSV}
+
+
 def test_movielens_csv_reader_headers_quoted_titles_genres_and_tags(tmp_path):
     ev = read_movielens_csv(write_movielens_csv(tmp_path / "ml"))
     # 6 movies (the quoted "American President, The" is one row of three fields), users 1, 2, 7
@@ -126,17 +135,15 @@ def test_movielens_csv_reads_latin1_files_like_utf8_ones(tmp_path):
     ],
 )
 def test_movielens_csv_malformed_line_names_file_line_and_format(tmp_path, name, bad, line, why):
-    lines = {"ratings.csv": RATINGS_CSV, "movies.csv": MOVIES_CSV, "tags.csv": TAGS_CSV}[name].copy()
+    lines = CSV_LINES[name].copy()
     lines.insert(line - 1, bad)
     folder = write_movielens_csv(tmp_path / "ml", **{name.removesuffix(".csv"): lines})
-    with pytest.raises(MalformedLineError, match=rf"{name}, line {line}: malformed line \({why}.*expected") as err:
-        read_movielens_csv(folder)
-    assert err.value.lineno == line and err.value.path.endswith(name)
+    assert_malformed(read_movielens_csv, folder, name, line, why)
 
 
 @pytest.mark.parametrize("name", ["ratings.csv", "movies.csv", "tags.csv"])
 def test_movielens_csv_wrong_header_is_line_1(tmp_path, name):
-    lines = {"ratings.csv": RATINGS_CSV, "movies.csv": MOVIES_CSV, "tags.csv": TAGS_CSV}[name]
+    lines = CSV_LINES[name]
     header = lines[0]
     for wrong in (lines[1:], ["user," + header.split(",", 1)[1], *lines[1:]]):  # no header; a renamed column
         folder = write_movielens_csv(tmp_path / f"ml-{len(wrong)}", **{name.removesuffix(".csv"): wrong})
