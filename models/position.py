@@ -33,6 +33,24 @@ Kinds (``POS_EMBED_KINDS``)
     class. So a class token has no offset to a patch; it is "elsewhere", the same for all
     patches.
 
+Relative-attention options (``RelativeOptions``; the defaults are the paper's definition above;
+the others are what published relative-attention vision transformers use, for ablations):
+    ``logits``     ``contextual`` (default): the paper's q . r term, which depends on the query.
+                   ``bias``: one learned scalar per head and bucket, independent of the
+                   content (BEiT, Swin; timm's ``beit.Attention``); the table is
+                   (buckets, heads) instead of (buckets, heads, d_head).
+    ``init_std``   std of the truncated-normal init of the table (default 0.02, as timm's
+                   absolute tables); 0 starts every bucket at zero (BEiT's bias table).
+    ``max_offset`` clip each offset to [-k, k] (Shaw et al., NAACL 2018): 1-D raster offsets
+                   become 2k + 1 buckets, 2-D offsets clip the row and column offsets each,
+                   (2k + 1)^2 buckets. None (default): every offset has its own bucket.
+    ``prefix``     ``buckets`` (default): the three class-token buckets above (BEiT).
+                   ``skip``: no relative term on any pair with a prefix token (its logit gets
+                   0; iRPE's ``skip``, Wu et al., ICCV 2021).
+    Note on the class query: a bias that is the same for every patch key does not change a
+    softmax, so with either ``prefix`` the class token attends to the patches by content
+    alone; its only spatial signal is what the patch tokens carry.
+
 Placements (``POS_PLACEMENTS``)
     ``stem``                added once, after the patch embedding and class token (default).
     ``every_layer``         a separate learned embedding added at the input of every block
@@ -52,7 +70,7 @@ interface: ``table()`` -> (1, T, D) and ``forward(x)`` -> x + table() for x (B, 
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Optional
 
 import torch
 from torch import nn
@@ -65,6 +83,8 @@ AbsoluteKind = Literal["learned_1d", "learned_2d", "sincos_2d"]
 RelativeKind = Literal["relative", "relative_2d"]
 PosEmbedKind = Literal["none", AbsoluteKind, RelativeKind]  # flattened: none, the absolute, the relative kinds
 PosPlacement = Literal["stem", "every_layer", "every_layer_shared"]
+RelativeLogits = Literal["contextual", "bias"]
+RelativePrefix = Literal["buckets", "skip"]
 
 POS_EMBED_KINDS = choices(PosEmbedKind)
 POS_PLACEMENTS = choices(PosPlacement)
@@ -79,6 +99,46 @@ VALID_PLACEMENTS: dict[str, tuple[str, ...]] = {
     "relative_2d": ("stem",),
 }
 NUM_PREFIX_BUCKETS = 3  # class -> patch, patch -> class, class -> class (relative kinds)
+RELATIVE_LOGITS = choices(RelativeLogits)
+RELATIVE_PREFIXES = choices(RelativePrefix)
+DEFAULT_REL_INIT_STD = 0.02
+
+
+def validate_relative_options(
+    *,
+    kind: PosEmbedKind,
+    rel_logits: RelativeLogits = "contextual",
+    rel_init_std: float = DEFAULT_REL_INIT_STD,
+    rel_max_offset: Optional[int] = None,
+    rel_prefix: RelativePrefix = "buckets",
+) -> None:
+    """Raise ValueError naming the bad relative-attention option; builds nothing.
+
+    The options only mean something with a relative ``kind``: given with another kind at a
+    value other than the default, they are rejected rather than silently ignored.
+    """
+    check_choice("rel_logits", rel_logits, RelativeLogits)
+    check_choice("rel_prefix", rel_prefix, RelativePrefix)
+    if isinstance(rel_init_std, bool) or not isinstance(rel_init_std, (int, float)) or not rel_init_std >= 0:
+        raise ValueError(f"rel_init_std={rel_init_std!r} must be a number >= 0 (0: a zero-initialised table)")
+    if rel_max_offset is not None and (
+        isinstance(rel_max_offset, bool) or not isinstance(rel_max_offset, int) or rel_max_offset < 1
+    ):
+        raise ValueError(f"rel_max_offset={rel_max_offset!r} must be an integer >= 1, or None (no clipping)")
+    if kind not in RELATIVE_KINDS:
+        given = {
+            name: value for name, value, default in (
+                ("rel_logits", rel_logits, "contextual"),
+                ("rel_init_std", rel_init_std, DEFAULT_REL_INIT_STD),
+                ("rel_max_offset", rel_max_offset, None),
+                ("rel_prefix", rel_prefix, "buckets"),
+            ) if value != default
+        }
+        if given:
+            raise ValueError(
+                f"{', '.join(f'{k}={v!r}' for k, v in given.items())} only apply to "
+                f"pos_embed in {list(RELATIVE_KINDS)} (got pos_embed={kind!r}); leave them at their defaults"
+            )
 
 
 def validate_position(*, kind: PosEmbedKind, placement: PosPlacement, embed_dim: int, num_heads: int = 1) -> None:
@@ -228,33 +288,53 @@ def build_absolute(
 
 
 def relative_position_index(
-    *, kind: RelativeKind, grid_size: tuple[int, int], num_prefix_tokens: int = 0
+    *,
+    kind: RelativeKind,
+    grid_size: tuple[int, int],
+    num_prefix_tokens: int = 0,
+    max_offset: Optional[int] = None,
+    prefix: RelativePrefix = "buckets",
 ) -> tuple[torch.Tensor, int]:
     """Bucket of every (query, key) pair: a (T, T) long tensor, and the number of buckets.
 
     ``relative``: bucket p_q - p_k + (N - 1) in [0, 2N - 2] (raster positions p).
     ``relative_2d``: bucket (dr + H - 1) * (2W - 1) + (dc + W - 1) in [0, (2H-1)(2W-1) - 1].
-    With prefix tokens, three more buckets follow the offset buckets: B (prefix query ->
-    patch key), B + 1 (patch query -> prefix key), B + 2 (prefix -> prefix).
+    ``max_offset`` k: each offset (the raster offset; dr and dc for 2-D) is clipped to [-k, k]
+    first, and the buckets are counted over the clipped range (2k + 1, or the clipped rows
+    times the clipped columns for 2-D).
+    With prefix tokens and ``prefix='buckets'``, three more buckets follow the offset buckets:
+    B (prefix query -> patch key), B + 1 (patch query -> prefix key), B + 2 (prefix -> prefix).
+    With ``prefix='skip'``, pairs with a prefix token get -1 (no bucket: their logit gets 0).
     """
     check_choice("pos_embed", kind, RelativeKind)
+    check_choice("rel_prefix", prefix, RelativePrefix)
     h, w = grid_size
     n = h * w
     rows, cols = _grid((h, w))
+
+    def clipped(offset: torch.Tensor, largest: int) -> tuple[torch.Tensor, int]:
+        """Offsets in [-largest, largest], clipped to max_offset -> (bucket from 0, reach)."""
+        reach = largest if max_offset is None else min(largest, max_offset)
+        return offset.clamp(-reach, reach) + reach, reach
+
     if kind == "relative":
         pos = torch.arange(n)
-        index = pos[:, None] - pos[None, :] + (n - 1)
-        num_offsets = 2 * n - 1
+        index, reach = clipped(pos[:, None] - pos[None, :], n - 1)
+        num_offsets = 2 * reach + 1
     else:  # relative_2d
-        dr = rows[:, None] - rows[None, :] + (h - 1)
-        dc = cols[:, None] - cols[None, :] + (w - 1)
-        index = dr * (2 * w - 1) + dc
-        num_offsets = (2 * h - 1) * (2 * w - 1)
+        dr, reach_r = clipped(rows[:, None] - rows[None, :], h - 1)
+        dc, reach_c = clipped(cols[:, None] - cols[None, :], w - 1)
+        index = dr * (2 * reach_c + 1) + dc
+        num_offsets = (2 * reach_r + 1) * (2 * reach_c + 1)
     if not num_prefix_tokens:
         return index, num_offsets
     t = num_prefix_tokens + n
     full = torch.empty(t, t, dtype=torch.long)
     full[num_prefix_tokens:, num_prefix_tokens:] = index
+    if prefix == "skip":
+        full[:num_prefix_tokens, :] = -1
+        full[:, :num_prefix_tokens] = -1
+        return full, num_offsets
     full[:num_prefix_tokens, num_prefix_tokens:] = num_offsets  # class query -> patch key
     full[num_prefix_tokens:, :num_prefix_tokens] = num_offsets + 1  # patch query -> class key
     full[:num_prefix_tokens, :num_prefix_tokens] = num_offsets + 2  # class -> class
@@ -264,15 +344,18 @@ def relative_position_index(
 class RelativePositionLogits(nn.Module):
     """Relative attention logits (ViT Appendix D.4 "relative"; ``relative_2d``: 2-D offsets).
 
-    ``embed`` (num_buckets, heads, d_head): one learned embedding of width D = heads * d_head
-    per offset bucket (see ``relative_position_index``), split into heads as keys are.
-    ``index`` (T, T): non-persistent buffer, bucket of each (query, key) pair.
+    ``embed``: the learned table, one entry per offset bucket (see ``relative_position_index``):
+    (num_buckets, heads, d_head) for ``logits='contextual'``, an embedding of width
+    D = heads * d_head split into heads as keys are; (num_buckets, heads) for ``logits='bias'``.
+    ``index`` (T, T): non-persistent buffer, bucket of each (query, key) pair (-1: none).
 
     forward(q): q (B, heads, T, d_head), the original per-head queries (before any scaling)
-    -> bias (B, heads, T, T) with bias[b, h, i, j] = q[b, h, i] . embed[index[i, j], h] /
-    sqrt(d_head). It is added to the main attention logits before the softmax.
-    Memory: the gathered embeddings are (T, T, D), independent of the batch; the bias is
-    (B, heads, T, T), as large as the attention matrix the fused kernel otherwise avoids.
+    -> bias added to the main attention logits before the softmax:
+    ``contextual``: (B, heads, T, T), bias[b, h, i, j] = q[b, h, i] . embed[index[i, j], h] / sqrt(d_head);
+    ``bias``: (1, heads, T, T), bias[0, h, i, j] = embed[index[i, j], h] (no query term).
+    Pairs with index -1 (``prefix='skip'``) get 0.
+    Memory (contextual): the gathered embeddings are (T, T, D), independent of the batch; the
+    bias is (B, heads, T, T), as large as the attention matrix the fused kernel otherwise avoids.
     """
 
     def __init__(
@@ -283,34 +366,70 @@ class RelativePositionLogits(nn.Module):
         num_heads: int,
         head_dim: int,
         num_prefix_tokens: int = 0,
+        logits: RelativeLogits = "contextual",
+        init_std: float = DEFAULT_REL_INIT_STD,
+        max_offset: Optional[int] = None,
+        prefix: RelativePrefix = "buckets",
     ) -> None:
         super().__init__()
+        validate_relative_options(
+            kind=kind, rel_logits=logits, rel_init_std=init_std, rel_max_offset=max_offset, rel_prefix=prefix
+        )
         self.kind = kind
         self.grid_size = tuple(grid_size)
         self.num_prefix_tokens = num_prefix_tokens
+        self.logits = logits
+        self.init_std = float(init_std)
+        self.max_offset = max_offset
+        self.prefix = prefix
         self.scale = head_dim ** -0.5
         index, num_buckets = relative_position_index(
-            kind=kind, grid_size=self.grid_size, num_prefix_tokens=num_prefix_tokens
+            kind=kind, grid_size=self.grid_size, num_prefix_tokens=num_prefix_tokens,
+            max_offset=max_offset, prefix=prefix,
         )
         self.num_buckets = num_buckets
-        self.register_buffer("index", index, persistent=False)
-        self.embed = nn.Parameter(torch.empty(num_buckets, num_heads, head_dim))
+        self.skips = bool((index < 0).any())
+        # skipped pairs look up an extra all-zero row (not a parameter), so the gather stays one op
+        self.register_buffer("index", torch.where(index < 0, num_buckets, index), persistent=False)
+        shape = (num_buckets, num_heads, head_dim) if logits == "contextual" else (num_buckets, num_heads)
+        self.embed = nn.Parameter(torch.empty(shape))
         self.init_weights()
 
     def init_weights(self) -> None:
-        trunc_normal_(self.embed, std=0.02)
+        if self.init_std > 0:
+            trunc_normal_(self.embed, std=self.init_std)
+        else:
+            nn.init.zeros_(self.embed)
+
+    def table(self) -> torch.Tensor:
+        """``embed``, plus a zero row for the skipped pairs when ``prefix='skip'`` has any."""
+        if not self.skips:
+            return self.embed
+        return torch.cat([self.embed, self.embed.new_zeros(1, *self.embed.shape[1:])])
 
     def forward(self, q: torch.Tensor) -> torch.Tensor:
-        r = self.embed[self.index]  # (T, T, heads, d_head): the key for each (query, key) pair
-        return torch.einsum("bhqd,qkhd->bhqk", q, r.to(q.dtype)) * self.scale
+        r = self.table()[self.index].to(q.dtype)  # (T, T, heads[, d_head]): the entry of each pair
+        if self.logits == "bias":
+            return r.permute(2, 0, 1)[None]
+        return torch.einsum("bhqd,qkhd->bhqk", q, r) * self.scale
 
 
 def build_relative(
-    *, kind: RelativeKind, grid_size: tuple[int, int], num_heads: int, head_dim: int, num_prefix_tokens: int = 0
+    *,
+    kind: RelativeKind,
+    grid_size: tuple[int, int],
+    num_heads: int,
+    head_dim: int,
+    num_prefix_tokens: int = 0,
+    logits: RelativeLogits = "contextual",
+    init_std: float = DEFAULT_REL_INIT_STD,
+    max_offset: Optional[int] = None,
+    prefix: RelativePrefix = "buckets",
 ) -> RelativePositionLogits:
-    """The relative-logits module of ``kind`` (one of ``RELATIVE_KINDS``)."""
+    """The relative-logits module of ``kind`` (one of ``RELATIVE_KINDS``); options: the
+    module docstring's "Relative-attention options"."""
     return RelativePositionLogits(
         kind=kind, grid_size=grid_size, num_heads=num_heads, head_dim=head_dim,
-        num_prefix_tokens=num_prefix_tokens,
+        num_prefix_tokens=num_prefix_tokens, logits=logits, init_std=init_std,
+        max_offset=max_offset, prefix=prefix,
     )
-

@@ -63,17 +63,21 @@ from models.choices import check_choice, choices
 from models.position import (
     POS_EMBED_KINDS,
     RELATIVE_KINDS,
+    DEFAULT_REL_INIT_STD,
     AbsoluteKind,
     LearnedPosEmbed1d,
     LearnedPosEmbed2d,
     PosEmbedKind,
     PosPlacement,
+    RelativeLogits,
+    RelativePrefix,
     RelativeKind,
     RelativePositionLogits,
     SinCosPosEmbed2d,
     build_absolute,
     build_relative,
     validate_position,
+    validate_relative_options,
 )
 
 Pooling = Literal["cls", "gap"]
@@ -114,6 +118,10 @@ def validate_vit_config(
     pos_placement: PosPlacement = "stem",
     attention: AttentionScoring = "dot",
     additive_dim: Optional[int] = None,
+    rel_logits: RelativeLogits = "contextual",
+    rel_init_std: float = DEFAULT_REL_INIT_STD,
+    rel_max_offset: Optional[int] = None,
+    rel_prefix: RelativePrefix = "buckets",
 ) -> None:
     """Raise ValueError naming the first invalid value; called before any module is built."""
     _check_positive(
@@ -145,6 +153,10 @@ def validate_vit_config(
             f"head counts that do: {heads}"
         )
     validate_position(kind=pos_embed, placement=pos_placement, embed_dim=embed_dim, num_heads=num_heads)
+    validate_relative_options(
+        kind=pos_embed, rel_logits=rel_logits, rel_init_std=rel_init_std,
+        rel_max_offset=rel_max_offset, rel_prefix=rel_prefix,
+    )
 
 
 class ViTAttention(Attention):
@@ -280,6 +292,7 @@ class ViTBlock(Block):
         scoring: AttentionScoring = "dot",
         additive_dim: Optional[int] = None,
         relative: Optional[RelativeKind] = None,
+        relative_options: Optional[dict] = None,
         layer_pos: Optional[AbsoluteKind] = None,
         shared_pos: Optional[nn.Module] = None,
         grid_size: tuple[int, int] = (1, 1),
@@ -302,7 +315,7 @@ class ViTBlock(Block):
             scoring=scoring, additive_dim=additive_dim,
             rel_pos=build_relative(
                 kind=relative, grid_size=grid_size, num_heads=num_heads, head_dim=head_dim,
-                num_prefix_tokens=num_prefix_tokens,
+                num_prefix_tokens=num_prefix_tokens, **(relative_options or {}),
             ) if relative else None,
         )
         self.pos = build_absolute(
@@ -417,6 +430,10 @@ class ViT(VisionTransformer):
         pos_placement: PosPlacement = "stem",
         attention: AttentionScoring = "dot",
         additive_dim: Optional[int] = None,
+        rel_logits: RelativeLogits = "contextual",
+        rel_init_std: float = DEFAULT_REL_INIT_STD,
+        rel_max_offset: Optional[int] = None,
+        rel_prefix: RelativePrefix = "buckets",
         embed_layer: Optional[Callable[..., nn.Module]] = None,
     ) -> None:
         validate_vit_config(
@@ -424,7 +441,8 @@ class ViT(VisionTransformer):
             embed_dim=embed_dim, depth=depth, num_heads=num_heads, mlp_ratio=mlp_ratio,
             pool=pool, pos_embed=pos_embed, dropout=dropout, attn_dropout=attn_dropout,
             drop_path=drop_path, pos_placement=pos_placement, attention=attention,
-            additive_dim=additive_dim,
+            additive_dim=additive_dim, rel_logits=rel_logits, rel_init_std=rel_init_std,
+            rel_max_offset=rel_max_offset, rel_prefix=rel_prefix,
         )
         timm_embed_layer = {}  # timm's PatchEmbed unless a layer is given
         if embed_layer is None:
@@ -446,6 +464,9 @@ class ViT(VisionTransformer):
             scoring=attention,
             additive_dim=additive_dim,
             relative=pos_embed if pos_embed in RELATIVE_KINDS else None,
+            relative_options=dict(
+                logits=rel_logits, init_std=rel_init_std, max_offset=rel_max_offset, prefix=rel_prefix
+            ),
             layer_pos=pos_embed if pos_placement == "every_layer" else None,
             shared_pos=shared,
             grid_size=grid_size,
