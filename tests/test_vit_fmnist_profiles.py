@@ -1,0 +1,61 @@
+"""The Fashion-MNIST profiles of the ViT ablations (reproductions/vit/configs/overlays/fmnist_ablation.yaml):
+which sweeps have them, that they share one recipe, and that each completes with the smoke sizes
+on a small folder of Fashion-MNIST idx files, with the attention-distance analysis written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from reproductions.cli import main as cli_main
+from reproductions.results import read_results
+from reproductions.sweeping.plan import make_plan
+from reproductions.sweeping.spec import load_sweep
+from tests.images_helpers import isolated, write_fashion  # noqa: F401
+from tests.sweep_helpers import SWEEPS
+
+OVERLAY = "reproductions/vit/configs/overlays/fmnist_ablation.yaml"
+FMNIST = [(s, p) for s in SWEEPS for p in load_sweep(s).profiles if p.startswith("fmnist")]
+SMOKE_SIZES = [
+    "--model.net.init_args.embed_dim", "16", "--model.net.init_args.depth", "1",
+    "--model.net.init_args.num_heads", "2", "--trainer.max_epochs", "1",
+    "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "2",
+    "--trainer.limit_test_batches", "2", "--trainer.log_every_n_steps", "1",
+    "--data.init_args.batch_size", "16",
+]  # fmt: skip
+
+
+def test_the_four_ablations_the_relative_study_and_the_tuning_have_an_fmnist_profile_on_one_recipe():
+    assert {s for s, _ in FMNIST} == {
+        "vit/position", "vit/pooling", "vit/attention", "vit/patch_size", "vit/relative", "vit/tune",
+    }
+    for sweep, profile in FMNIST:
+        prof = load_sweep(sweep).profile(profile)
+        assert prof.configs == [OVERLAY], (sweep, profile)
+        assert prof.base in (None, "reproductions/vit/configs/fashion_mnist.yaml"), (sweep, profile)
+    plan = make_plan("vit/patch_size", "fmnist", seeds=1)
+    assert sorted((28 // r.variant.axes["patch_size"]) ** 2 for r in plan.runs) == [16, 49, 196]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sweep, profile", FMNIST, ids=[f"{s}-{p}" for s, p in FMNIST])
+def test_every_fmnist_profile_completes_with_the_smoke_sizes(sweep, profile, tmp_path):
+    write_fashion(tmp_path / "fashion", n_train=200, n_test=40)
+    extra = [
+        "--data.init_args.data_dir", str(tmp_path / "fashion"),
+        "--data.init_args.cache_dir", str(tmp_path / "cache"), *SMOKE_SIZES,
+    ]
+    plan = make_plan(sweep, profile, root=tmp_path / "runs", extra=extra, seeds=1)
+    for run in plan.runs[:2]:  # the first two planned runs, by their planned commands
+        cli_main(run.args)
+        res = read_results(run.run_dir)
+        assert res is not None and res["status"] == "finished", run.label
+        assert res["data"]["source"] == "fashion_mnist"
+        assert res["best"]["score"] is not None
+        if sweep == "vit/tune":  # tuned on validation: never tested
+            assert not res.get("test")
+        else:
+            assert 0.0 <= res["test"]["test/acc"] <= 1.0
+        distance = json.loads((run.run_dir / "analysis" / "attention_distance.json").read_text())
+        assert distance  # the analysis of the overlay's callback
