@@ -1,10 +1,13 @@
 """``python -m reproductions report``: a sweep's report again, from the runs on disk.
 
     python -m reproductions report vit/position --profile cpu [--seeds N] [--root runs] [--wandb]
+    python -m reproductions report vit/position --profile cpu --profile fmnist   # side by side
 
 Writes ``report.md`` (the table beside the paper's values, the claim numbers, every missing or
 failed run) and the figure into the experiment's directory and prints the table; what goes in
-them is described in ``reproductions/sweeping/report.py``.
+them is described in ``reproductions/sweeping/report.py``. With two or more ``--profile``, one
+table of the profiles side by side beside the paper's values, and every profile's claim marks,
+in ``<root>/<sweep>-<p1>+<p2>/report.md``.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from reproductions.sweeping.plan import make_plan
-from reproductions.sweeping.report import write_report
+from reproductions.sweeping.report import write_comparison, write_report
 from reproductions.sweeping.spec import DEFAULT_PROFILE, SweepError
 
 
@@ -27,18 +30,33 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         allow_abbrev=False,
     )
     p.add_argument("sweep", help="a sweep name (vit/position) or a sweep YAML file")
-    p.add_argument("--profile", default=DEFAULT_PROFILE)
+    p.add_argument("--profile", action="append", default=None,
+                   help=f"the profile (default {DEFAULT_PROFILE}); give it twice or more to compare profiles side by side")
     p.add_argument("--seeds", type=int, default=None, help="the planned seeds 0..N-1 (default: the profile's)")
     p.add_argument("--root", default="runs")
     p.add_argument("--experiment", default=None, help="experiment name (default <sweep>-<profile>)")
     p.add_argument("--wandb", action="store_true", help="also log the table and figures to W&B (the sweep's group)")
     p.add_argument("--project", default="attention-repro", help="W&B project")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    profiles = list(dict.fromkeys(args.profile or [DEFAULT_PROFILE]))
     try:
-        plan = make_plan(args.sweep, args.profile, seeds=args.seeds, root=args.root, experiment=args.experiment)
+        plans = [make_plan(args.sweep, p, seeds=args.seeds, root=args.root, experiment=args.experiment if len(profiles) == 1 else None)
+                 for p in profiles]  # fmt: skip
     except SweepError as e:
         print(f"report: {e}", file=sys.stderr)
         return 2
+    if len(plans) > 1:
+        if args.experiment or args.wandb:
+            print("report: --experiment and --wandb name one profile's report; leave them out when comparing profiles",
+                  file=sys.stderr)
+            return 2
+        absent = [p.experiment_dir for p in plans if not p.experiment_dir.is_dir()]
+        if len(absent) == len(plans):
+            print(f"report: no runs under {', '.join(map(str, absent))}; run the sweeps first", file=sys.stderr)
+            return 1
+        write_comparison(plans, out=out)
+        return 0
+    plan = plans[0]
     if not plan.experiment_dir.is_dir():
         print(f"report: no runs under {plan.experiment_dir}; run first: {plan.sweep_command()}", file=sys.stderr)
         return 1

@@ -61,7 +61,10 @@ def test_report_table_from_hand_made_results(tmp_path, capsys):
     # the claim numbers: baseline none 80.50, best other relative 96.00: +15.50 points
     assert "none: 80.50 ± 0.71; best other, relative: 96.00 ± 1.41: gap +15.50 points" in md
     assert "spread among the 2 other variants (best - worst mean): 4.00 points" in md
-    assert "![position](position.png)" in md
+    # each variant marked against the baseline, from its numbers: learned 92 +- 2 (n 3) vs none
+    # 80.5 +- 0.71 (n 2): +11.5, s.e. sqrt(4/3 + 0.5/2) = 1.26, more than 2 s.e.
+    assert "learned > none? holds: +11.50 points (± 1.26 s.e.)" in md
+    assert "relative > none? holds: +15.50 points" in md
     assert (root / exp / "position.png").read_bytes()[:8] == PNG
     assert not [p for p in (root / exp).iterdir() if p.name.endswith(".tmp")]
     out = capsys.readouterr().out
@@ -81,7 +84,7 @@ def test_report_figures_and_claim_checks_per_plot_kind(tmp_path):
         put(root, "patch-smoke", "patch_size=4", seed, acc=0.80 + 0.01 * seed, flops=1e6, train_flops=1e12)
         put(root, "patch-smoke", "patch_size=2", seed, acc=0.85 + 0.01 * seed, flops=4e6, train_flops=4e12)
     report = write_report(make_plan(patch, "smoke", root=root), out=io.StringIO())
-    assert "patch_size 4 -> 2 (side x0.50): GFLOPs/image x4.00, accuracy 81.00 ± 1.00 -> 86.00 ± 1.00: +5.00 points (± 0.82 s.e.)" in report.markdown
+    assert "patch_size 4 -> 2 (side x0.50): GFLOPs/image x4.00, accuracy 81.00 ± 1.00 -> 86.00 ± 1.00: +5.00 points (± 0.82 s.e.); patch_size 2 > patch_size 4? holds" in report.markdown
     assert report.figures[0].name == "patch_size.png" and report.figures[0].read_bytes()[:8] == PNG
 
     # pooling: grouped by learning rate
@@ -100,6 +103,8 @@ def test_report_figures_and_claim_checks_per_plot_kind(tmp_path):
     assert "pool=cls: best lr=0.001 with 90.00" in md and "pool=gap: best lr=0.003 with 89.00" in md
     assert "at each one's best lr: pool=gap - pool=cls: -1.00 points" in md
     assert "at the shared lr=0.001: pool=gap - pool=cls: -20.00 points" in md
+    # the seeds are identical here (std 0): any gap is more than 2 standard errors
+    assert "pool=gap > pool=cls? does not hold" in md
     assert (root / "pool-smoke" / "pooling.png").read_bytes()[:8] == PNG
 
     # attention: accuracy and speed
@@ -112,6 +117,7 @@ def test_report_figures_and_claim_checks_per_plot_kind(tmp_path):
         put(root, "att-smoke", "additive", seed, acc=0.9, speed=100.0)
     report = write_report(make_plan(att, "smoke", root=root), out=io.StringIO())
     assert "additive vs dot: accuracy +0.00 points" in report.markdown
+    assert "(additive > dot? does not hold)" in report.markdown  # equal means, zero spread: no gap
     assert "dot trains x3.00 as many images/s (300 ± 0 vs 100 ± 0)" in report.markdown
     assert (root / "att-smoke" / "attention.png").read_bytes()[:8] == PNG
 
@@ -252,3 +258,49 @@ def test_wandb_report_logs_the_table_and_the_figure_offline_in_the_sweeps_group(
     image = files / logged["report/position"]["path"]
     assert image.read_bytes()[:8] == PNG and logged["report/position"]["format"] == "png"
     assert (files / REPORT_FILE).read_text() == md  # report.md saved with the run
+
+
+def test_two_profiles_side_by_side_with_each_profiles_claim_marks(tmp_path, capsys):
+    """``report SWEEP --profile a --profile b``: one table, a column per profile beside the
+    paper's, the claim check of each profile marked from its own numbers; nothing of the
+    profiles' own reports is touched."""
+    sweep = write_sweep(
+        tmp_path / "pos.yaml", aliases={"pos_embed": "model.net.init_args.pos_embed"},
+        variants=[
+            {"name": "none", "overrides": {"pos_embed": "none"}, "paper": {"t8": 0.61382}},
+            {"name": "learned", "overrides": {"pos_embed": "learned_1d"}, "paper": {"t8": 0.64206}},
+            {"name": "relative", "overrides": {"pos_embed": "relative"}, "paper": {"t8": 0.64032}},
+        ],
+        references={"t8": {"label": "Table 8 (%)", "scale": "fraction"}},
+        claims=["A clear gap between none and any embedding."],
+        report={"plot": "bars", "check": "baseline", "baseline": "none"},
+        profiles={"small": {"seeds": 3}, "large": {"seeds": 3}},
+    )  # fmt: skip
+    root = tmp_path / "runs"
+    accs = {
+        "small": {"none": [0.76, 0.77, 0.78], "learned": [0.95, 0.96, 0.97], "relative": [0.90, 0.91, 0.92]},
+        "large": {"none": [0.84, 0.85, 0.86], "learned": [0.87, 0.88, 0.89], "relative": [0.84, 0.86, 0.88]},
+    }
+    for profile, by_variant in accs.items():
+        for variant, values in by_variant.items():
+            for seed, acc in enumerate(values):
+                put(root, f"pos-{profile}", variant, seed, acc=acc, fit_time=10.0 * (1 + (profile == "large")))
+    argv = [str(sweep), "--profile", "small", "--profile", "large", "--root", str(root)]
+    assert report_main(argv) == 0
+    md = (root / "pos-small+large" / REPORT_FILE).read_text()
+    rows = {line.split(" | ")[0].strip("| "): line for line in md.splitlines() if line.startswith("| ")}
+    assert rows["variant"].startswith("| variant | small: test acc. (%) | n | small: time/run | large: test acc. (%) | n | large: time/run | Table 8 (%) |")
+    assert rows["learned"] == "| learned | 96.00 ± 1.00 | 3 | 10.0 s | 88.00 ± 1.00 | 3 | 20.0 s | 64.21 |"
+    assert rows["relative"] == "| relative | 91.00 ± 1.00 | 3 | 10.0 s | 86.00 ± 2.00 | 3 | 20.0 s | 64.03 |"
+    small, large = md.split("### `small`")[1].split("### `large`")
+    # small: relative 91 +- 1 vs none 77 +- 1: +14, s.e. 0.82 -> holds; large: 86 +- 2 vs 85 +- 1: +1, s.e. 1.29 -> within noise
+    assert "relative > none? holds: +14.00 points (± 0.82 s.e.)" in small
+    assert "relative > none? within noise (under 2 s.e.): +1.00 points (± 1.29 s.e.)" in large
+    assert "learned > none? holds: +3.00 points (± 0.82 s.e.)" in large
+    assert "None: every planned run finished." in md
+    assert not (root / "pos-small" / REPORT_FILE).exists()
+    assert "[large] none: 85.00 ± 1.00" in capsys.readouterr().out
+    # one profile missing entirely is still a comparison; none at all is an error; one sweep only
+    assert report_main([str(sweep), "--profile", "small", "--profile", "other", "--root", str(root)]) == 2
+    assert report_main([str(sweep), "--profile", "small", "--profile", "large", "--root", str(tmp_path / "empty")]) == 1
+    assert "run the sweeps first" in capsys.readouterr().err

@@ -71,6 +71,11 @@ def claim_verdict(a: Stat, b: Stat) -> str:
     return "holds" if d > 0 else "does not hold"
 
 
+def _verdict(a: Stat, b: Stat) -> str:
+    """``claim_verdict`` for "a > b", or "no result" when either side has none."""
+    return claim_verdict(a, b) if a.mean is not None and b.mean is not None else "no result"
+
+
 def _delta(a: Stat, b: Stat, m: Metric = Metric()) -> str:
     """b - a in the metric's unit (points), with the combined standard error when both have n >= 2."""
     if a.mean is None or b.mean is None:
@@ -97,7 +102,8 @@ def check_halving(plan: Plan, collected: list[VariantResults]) -> list[str]:
     for (p1, f1, s1, n1), (p2, f2, s2, n2) in zip(points, points[1:]):
         lines.append(
             f"{param} {p1:g} -> {p2:g} (side x{p2 / p1:.2f}): GFLOPs/image x{f2 / f1:.2f}, "
-            f"accuracy {_pm(s1)} -> {_pm(s2)}: {_delta(s1, s2)}"
+            f"accuracy {_pm(s1)} -> {_pm(s2)}: {_delta(s1, s2)}; "
+            f"{param} {p2:g} > {param} {p1:g}? {_verdict(s2, s1)}"
         )
     return lines
 
@@ -125,12 +131,15 @@ def check_baseline(plan: Plan, collected: list[VariantResults]) -> list[str]:
     best = max(others, key=lambda x: x[1].mean)
     worst = min(others, key=lambda x: x[1].mean)
     unit = f" {m.unit}" if m.unit else ""
-    return [
+    lines = [
         f"{base_name}: {_pm(base, m)}; best other, {best[0]}: {_pm(best[1], m)}: gap {_delta(base, best[1], m)}; "
         f"worst other, {worst[0]}: {_pm(worst[1], m)}: gap {_delta(base, worst[1], m)}",
         f"spread among the {len(others)} other variants (best - worst mean): "
         f"{best[1].mean - worst[1].mean:.{m.digits}f}{unit}",
+        f"each variant against {base_name} (holds / does not hold: a gap of at least 2 standard errors):",
     ]
+    lines += [f"  {name} > {base_name}? {_verdict(s, base)}: {_delta(base, s, m)}" for name, s in others]
+    return lines
 
 
 def check_best_per_group(plan: Plan, collected: list[VariantResults]) -> list[str]:
@@ -150,11 +159,17 @@ def check_best_per_group(plan: Plan, collected: list[VariantResults]) -> list[st
         lines.append(f"{hue}={h}: best {x}={bx} with {_pm(done[bx])}")
     if len(best) == 2:
         (h1, s1), (h2, s2) = best.items()
-        lines.append(f"at each one's best {x}: {hue}={h2} - {hue}={h1}: {_delta(s1, s2)}")
+        lines.append(
+            f"at each one's best {x}: {hue}={h2} - {hue}={h1}: {_delta(s1, s2)}; "
+            f"{hue}={h2} > {hue}={h1}? {_verdict(s2, s1)}"
+        )
         shared = sorted(set.intersection(*(set(v) for v in groups.values())), key=axis_sort_key)
         for xv in shared:
             a, b = groups[h1][xv], groups[h2][xv]
-            lines.append(f"at the shared {x}={xv}: {hue}={h2} - {hue}={h1}: {_delta(a, b)}")
+            lines.append(
+                f"at the shared {x}={xv}: {hue}={h2} - {hue}={h1}: {_delta(a, b)}; "
+                f"{hue}={h2} > {hue}={h1}? {_verdict(b, a)}"
+            )
     return lines
 
 
@@ -169,7 +184,8 @@ def check_speed(plan: Plan, collected: list[VariantResults]) -> list[str]:
         speed_b, speed_v = base.stat("training.samples_per_sec"), vr.stat("training.samples_per_sec")
         ratio = f"x{speed_b.mean / speed_v.mean:.2f}" if speed_b.mean and speed_v.mean else "n/a"
         lines.append(
-            f"{vr.variant.name} vs {base_name}: accuracy {_delta(base.metric(plan), vr.metric(plan), plan.sweep.metric)}; "
+            f"{vr.variant.name} vs {base_name}: accuracy {_delta(base.metric(plan), vr.metric(plan), plan.sweep.metric)} "
+            f"({vr.variant.name} > {base_name}? {_verdict(vr.metric(plan), base.metric(plan))}); "
             f"{base_name} trains {ratio} as many {input_unit(plan)}s/s ({fmt_stat(speed_b, 0)} vs {fmt_stat(speed_v, 0)})"
         )
     return lines

@@ -24,6 +24,11 @@ with a ``ceiling`` (a results.json path such as ``data.ceiling.test_auc``; the s
 data records the AUC of its own true click probabilities) adds a "to ceiling" column for the
 main metric and a ceiling row.
 
+``write_comparison(plans)``: one sweep at several profiles (``report vit/position --profile cpu
+--profile fmnist``) side by side, into ``<root>/<sweep>-<p1>+<p2>/report.md``: per variant our
+metric at each profile (mean ± std, n) beside the paper's values, then the claim checks of each
+profile, each marked holds / does not hold / within noise with its standard error.
+
 ``render(plan)`` does the same without writing report.md (the notebooks' entry point). With
 ``wandb=True`` the same table and figure go to W&B as a ``report`` run in the sweep's group
 (offline unless a key is configured, the rule of ``reproductions.tracking.wandb_offline``).
@@ -43,7 +48,7 @@ from reproductions.sweeping.collect import VariantResults, collect
 from reproductions.sweeping.figures import figure
 from reproductions.sweeping.plan import Plan, cli_value
 from reproductions.sweeping.spec import REPO_ROOT, SweepError
-from reproductions.sweeping.tables import markdown_table, table, text_table
+from reproductions.sweeping.tables import fmt_paper, fmt_seconds, fmt_stat, markdown_table, table, text_table
 from utils.atomic import atomic_write_text
 
 REPORT_FILE = "report.md"
@@ -233,4 +238,90 @@ def write_report(plan: Plan, *, wandb: bool = False, project: str = "attention-r
     print(f"report: {report.path}" + "".join(f"\nfigure: {f}" for f in report.figures), file=out)
     if wandb:
         log_to_wandb(plan, report, project)
+    return report
+
+
+def comparison_dir(plans: list[Plan]) -> Path:
+    """``<root>/<sweep>-<p1>+<p2>...``: beside the profiles' own experiment directories."""
+    first = plans[0]
+    name = f"{first.sweep.id}-" + "+".join(p.profile.name for p in plans)
+    return first.experiment_dir.parent / Path(name).name
+
+
+def build_comparison(plans: list[Plan], collected: list[list[VariantResults]]) -> Report:
+    """The side-by-side table and every profile's claim lines (see the module docstring)."""
+    sweep = plans[0].sweep
+    m = sweep.metric
+    names = list(dict.fromkeys(vr.variant.name for col in collected for vr in col))
+    variants = {vr.variant.name: vr.variant for col in reversed(collected) for vr in col}
+    per_profile = [{vr.variant.name: vr for vr in col} for col in collected]
+    header = ["variant"]
+    for plan in plans:
+        header += [f"{plan.profile.name}: {m.label}", "n", f"{plan.profile.name}: time/run"]
+    header += [ref.label for ref in sweep.references]
+    rows = []
+    for name in names:
+        row = [name]
+        for by in per_profile:
+            vr = by.get(name)
+            stat = vr.metric(plans[0]) if vr is not None else None
+            row += [fmt_stat(stat, m.digits) if stat is not None else "(not in this profile)",
+                    str(stat.n) if stat is not None else "–",
+                    fmt_seconds(vr.stat("training.fit_time_s").mean) if vr is not None else "–"]
+        row += [fmt_paper(ref, variants[name], m) for ref in sweep.references]
+        rows.append(row)
+    lines = [f"# {sweep.title}: " + " vs ".join(f"`{p.profile.name}`" for p in plans), ""]
+    for plan, col in zip(plans, collected):
+        done = sum(len(vr.results) for vr in col)
+        desc = plan.profile.description.strip() if plan.profile.description else ""
+        lines.append(f"- `{plan.profile.name}`" + (f" ({desc})" if desc else "")
+                     + f": {done} finished runs, seeds planned {', '.join(map(str, plan.seeds))}; `{plan.sweep_command()}`")
+    lines += [
+        f"- This comparison: `python -m reproductions report {sweep.id} "
+        + " ".join(f"--profile {p.profile.name}" for p in plans) + "`",
+        f"- {m.label}: mean ± sample std (n - 1) over the n seeds",
+        f"- Written {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}",
+        "",
+    ]
+    if sweep.references or sweep.claims:
+        lines += ["## The paper", ""]
+        lines += [f"- **{ref.label}**" + (f": {ref.note.strip()}" if ref.note else "") for ref in sweep.references]
+        lines += [f"- Claim: {claim.strip()}" for claim in sweep.claims]
+        lines.append("")
+    lines += ["## Results", "", markdown_table(header, rows), ""]
+    claims: list[str] = []
+    check = sweep.report.get("check")
+    if check in CHECKERS:
+        lines += ["## Our numbers on the claim, per profile", ""]
+        for plan, col in zip(plans, collected):
+            these = CHECKERS[check](plan, col)
+            claims += [f"[{plan.profile.name}] {line}" if not line.startswith("  ") else line for line in these]
+            lines += [f"### `{plan.profile.name}`", ""]
+            lines += [f"- {line}" if not line.startswith("  ") else f"  - {line.strip()}" for line in these]
+            lines.append("")
+    missing = [
+        f"`{plan.profile.name}` `{vr.variant.name}` seed {seed}: {why}"
+        for plan, col in zip(plans, collected) for vr in col for seed, why in vr.missing
+    ]  # fmt: skip
+    lines += ["## Missing or failed runs", ""]
+    lines += [f"- {x}" for x in missing] if missing else ["None: every planned run finished."]
+    lines.append("")
+    return Report(comparison_dir(plans) / REPORT_FILE, [], header, rows, missing, "\n".join(lines), claims)
+
+
+def write_comparison(plans: list[Plan], *, out: TextIO | None = None) -> Report:
+    """Collect every profile's runs, write the comparison's report.md atomically, print the table."""
+    out = out or sys.stdout
+    ids = {p.sweep.id for p in plans}
+    if len(ids) != 1 or len(plans) < 2:
+        raise SweepError(f"a comparison needs one sweep at two or more profiles, got {sorted(ids)} x {len(plans)}")
+    report = build_comparison(plans, [collect(p) for p in plans])
+    atomic_write_text(report.path, report.markdown)
+    print(f"\n{plans[0].sweep.title}", file=out)
+    print(text_table(report.header, report.rows), file=out)
+    for line in report.claims:
+        print(f"  {line}", file=out)
+    if report.missing:
+        print(f"missing or failed runs ({len(report.missing)})", file=out)
+    print(f"report: {report.path}", file=out)
     return report
