@@ -47,6 +47,10 @@ the others are what published relative-attention vision transformers use, for ab
     ``prefix``     ``buckets`` (default): the three class-token buckets above (BEiT).
                    ``skip``: no relative term on any pair with a prefix token (its logit gets
                    0; iRPE's ``skip``, Wu et al., ICCV 2021).
+    ``absolute``   (``ViT(rel_absolute=True)``) also add the learned 1-D embedding at the stem,
+                   as BEiT's ``use_abs_pos_emb`` and Swin's ``ape`` can: relative attention
+                   alone gives no token its absolute position. Default False (the paper's
+                   relative row has no absolute embedding).
     Note on the class query: a bias that is the same for every patch key does not change a
     softmax, so with either ``prefix`` the class token attends to the patches by content
     alone; its only spatial signal is what the patch tokens carry.
@@ -111,6 +115,7 @@ def validate_relative_options(
     rel_init_std: float = DEFAULT_REL_INIT_STD,
     rel_max_offset: Optional[int] = None,
     rel_prefix: RelativePrefix = "buckets",
+    rel_absolute: bool = False,
 ) -> None:
     """Raise ValueError naming the bad relative-attention option; builds nothing.
 
@@ -125,6 +130,8 @@ def validate_relative_options(
         isinstance(rel_max_offset, bool) or not isinstance(rel_max_offset, int) or rel_max_offset < 1
     ):
         raise ValueError(f"rel_max_offset={rel_max_offset!r} must be an integer >= 1, or None (no clipping)")
+    if not isinstance(rel_absolute, bool):
+        raise ValueError(f"rel_absolute={rel_absolute!r} must be true or false")
     if kind not in RELATIVE_KINDS:
         given = {
             name: value for name, value, default in (
@@ -132,6 +139,7 @@ def validate_relative_options(
                 ("rel_init_std", rel_init_std, DEFAULT_REL_INIT_STD),
                 ("rel_max_offset", rel_max_offset, None),
                 ("rel_prefix", rel_prefix, "buckets"),
+                ("rel_absolute", rel_absolute, False),
             ) if value != default
         }
         if given:

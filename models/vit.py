@@ -24,6 +24,9 @@ with the bad value and the allowed ones too:
   every-layer embedding in ``pos_shared``; per-layer ones in ``blocks[i].pos``; relative
   tables in ``blocks[i].attn.rel_pos``. ``absolute_pos_embed(block)`` returns any of them as a
   (1, T, D) table.
+- ``rel_logits``, ``rel_init_std``, ``rel_max_offset``, ``rel_prefix``, ``rel_absolute``: the
+  relative-attention options of published relative ViTs (``models/position.py``, "Relative-
+  attention options"); only with a relative ``pos_embed``, whose defaults are the paper's.
 - ``attention``: how a query scores a key, per head.
     * ``dot``: softmax(q k^T / sqrt(d_head) + bias) (the paper's).
     * ``additive``: Bahdanau-style score(q, k) = v^T tanh(W_q q + W_k k), with W_q, W_k
@@ -122,6 +125,7 @@ def validate_vit_config(
     rel_init_std: float = DEFAULT_REL_INIT_STD,
     rel_max_offset: Optional[int] = None,
     rel_prefix: RelativePrefix = "buckets",
+    rel_absolute: bool = False,
 ) -> None:
     """Raise ValueError naming the first invalid value; called before any module is built."""
     _check_positive(
@@ -155,7 +159,7 @@ def validate_vit_config(
     validate_position(kind=pos_embed, placement=pos_placement, embed_dim=embed_dim, num_heads=num_heads)
     validate_relative_options(
         kind=pos_embed, rel_logits=rel_logits, rel_init_std=rel_init_std,
-        rel_max_offset=rel_max_offset, rel_prefix=rel_prefix,
+        rel_max_offset=rel_max_offset, rel_prefix=rel_prefix, rel_absolute=rel_absolute,
     )
 
 
@@ -434,6 +438,7 @@ class ViT(VisionTransformer):
         rel_init_std: float = DEFAULT_REL_INIT_STD,
         rel_max_offset: Optional[int] = None,
         rel_prefix: RelativePrefix = "buckets",
+        rel_absolute: bool = False,
         embed_layer: Optional[Callable[..., nn.Module]] = None,
     ) -> None:
         validate_vit_config(
@@ -442,7 +447,7 @@ class ViT(VisionTransformer):
             pool=pool, pos_embed=pos_embed, dropout=dropout, attn_dropout=attn_dropout,
             drop_path=drop_path, pos_placement=pos_placement, attention=attention,
             additive_dim=additive_dim, rel_logits=rel_logits, rel_init_std=rel_init_std,
-            rel_max_offset=rel_max_offset, rel_prefix=rel_prefix,
+            rel_max_offset=rel_max_offset, rel_prefix=rel_prefix, rel_absolute=rel_absolute,
         )
         timm_embed_layer = {}  # timm's PatchEmbed unless a layer is given
         if embed_layer is None:
@@ -479,8 +484,9 @@ class ViT(VisionTransformer):
             num_classes=num_classes,
             global_pool="token" if pool == "cls" else "avg",
             class_token=pool == "cls",
-            # timm's own table for the paper's default, so it stays exactly timm's ViT
-            pos_embed="learn" if (pos_embed, pos_placement) == ("learned_1d", "stem") else "none",
+            # timm's own table for the paper's default, so it stays exactly timm's ViT (and
+            # beside relative attention with rel_absolute)
+            pos_embed="learn" if (pos_embed, pos_placement) == ("learned_1d", "stem") or rel_absolute else "none",
             fc_norm=False,  # LayerNorm before pooling for both heads (see module docstring)
             final_norm=True,
             embed_dim=embed_dim,
@@ -503,6 +509,7 @@ class ViT(VisionTransformer):
         self.pool_kind = pool  # (timm uses `self.pool` for its pooling method)
         self.pos_embed_kind = pos_embed
         self.pos_placement = pos_placement
+        self.rel_absolute = rel_absolute
         self.attention_kind = attention
 
     def _pos_embed(self, x: torch.Tensor) -> torch.Tensor:

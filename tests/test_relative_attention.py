@@ -182,6 +182,7 @@ def test_init_std_sets_the_table_scale():
 def test_every_option_trains_end_to_end():
     for options in (
         dict(rel_logits="bias"), dict(rel_max_offset=2), dict(rel_prefix="skip"), dict(rel_init_std=0.0),
+        dict(rel_absolute=True),
     ):
         model = ViT(img_size=8, in_chans=1, num_classes=3, patch_size=2, embed_dim=16, depth=2, num_heads=2,
                     pos_embed="relative_2d", **options).train()
@@ -189,6 +190,25 @@ def test_every_option_trains_end_to_end():
         for name, p in model.named_parameters():
             assert p.grad is not None and torch.isfinite(p.grad).all(), (options, name)
         assert {f"blocks.{i}.attn.rel_pos.embed" for i in range(2)} <= model.no_weight_decay()
+
+
+def test_rel_absolute_adds_the_learned_1d_stem_table_beside_the_relative_logits():
+    kw = dict(img_size=8, in_chans=1, num_classes=3, patch_size=2, embed_dim=16, depth=1, num_heads=2)
+    plain = ViT(**kw, pos_embed="relative")
+    both = ViT(**kw, pos_embed="relative", rel_absolute=True)
+    assert plain.absolute_pos_embed() is None and plain.pos_embed is None
+    assert both.absolute_pos_embed().shape == (1, 17, 16)  # timm's own table, class token included
+    assert both.blocks[0].attn.rel_pos is not None
+    names = {n for n, _ in both.named_parameters()} - {n for n, _ in plain.named_parameters()}
+    assert names == {"pos_embed"} and "pos_embed" in both.no_weight_decay()
+    torch.manual_seed(0)
+    x = torch.randn(2, 1, 8, 8)
+    with torch.no_grad():
+        both.pos_embed.zero_()
+        both.load_state_dict({k: v for k, v in plain.state_dict().items()}, strict=False)
+        torch.testing.assert_close(both(x), plain(x))  # a zero table: the same function
+        both.pos_embed.normal_()
+        assert not torch.allclose(both(x), plain(x))
 
 
 @pytest.mark.parametrize(
@@ -200,6 +220,8 @@ def test_every_option_trains_end_to_end():
         (dict(pos_embed="relative", rel_prefix="none"), r"rel_prefix='none' is not one of \['buckets', 'skip'\]"),
         (dict(pos_embed="relative", rel_max_offset=0), r"rel_max_offset=0 must be an integer >= 1"),
         (dict(pos_embed="relative", rel_init_std=-0.1), r"rel_init_std=-0.1 must be a number >= 0"),
+        (dict(pos_embed="learned_1d", rel_absolute=True), r"rel_absolute=True only apply to pos_embed in"),
+        (dict(pos_embed="relative", rel_absolute="yes"), r"rel_absolute='yes' must be true or false"),
     ],
 )
 def test_bad_options_are_named_before_anything_is_built(options, match):
