@@ -422,22 +422,7 @@ class RelativePositionLogits(nn.Module):
         return torch.einsum("bhqd,qkhd->bhqk", q, r) * self.scale
 
 
-def build_relative(
-    *,
-    kind: RelativeKind,
-    grid_size: tuple[int, int],
-    num_heads: int,
-    head_dim: int,
-    num_prefix_tokens: int = 0,
-    logits: RelativeLogits = "contextual",
-    init_std: float = DEFAULT_REL_INIT_STD,
-    max_offset: Optional[int] = None,
-    prefix: RelativePrefix = "buckets",
-) -> RelativePositionLogits:
-    """The relative-logits module of ``kind`` (one of ``RELATIVE_KINDS``); options: the
-    module docstring's "Relative-attention options"."""
-    return RelativePositionLogits(
-        kind=kind, grid_size=grid_size, num_heads=num_heads, head_dim=head_dim,
-        num_prefix_tokens=num_prefix_tokens, logits=logits, init_std=init_std,
-        max_offset=max_offset, prefix=prefix,
-    )
+def build_relative(**kwargs) -> RelativePositionLogits:
+    """The relative-logits module: ``RelativePositionLogits(**kwargs)`` (keyword-only; ``kind`` one
+    of ``RELATIVE_KINDS``; options: the module docstring's "Relative-attention options")."""
+    return RelativePositionLogits(**kwargs)
