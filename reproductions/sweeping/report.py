@@ -222,12 +222,9 @@ def render(plan: Plan, figure_dir: str | os.PathLike | None = None) -> Report:
     return build_report(plan, collected, figures)
 
 
-def write_report(plan: Plan, *, wandb: bool = False, project: str = "attention-repro", out: TextIO | None = None) -> Report:
-    """Collect, draw, write ``report.md`` atomically, print the table (and log to W&B)."""
-    out = out or sys.stdout
-    report = render(plan)
-    atomic_write_text(report.path, report.markdown)
-    print(f"\n{plan.sweep.title} ({plan.experiment})", file=out)
+def print_report(report: Report, title: str, out: TextIO) -> None:
+    """The terminal's view of a written report: table, claim lines, missing runs, where it lies."""
+    print(f"\n{title}", file=out)
     print(text_table(report.header, report.rows), file=out)
     for line in report.claims:
         print(f"  {line}", file=out)
@@ -236,6 +233,14 @@ def write_report(plan: Plan, *, wandb: bool = False, project: str = "attention-r
         for m in report.missing:
             print(f"  {m.replace('`', '')}", file=out)
     print(f"report: {report.path}" + "".join(f"\nfigure: {f}" for f in report.figures), file=out)
+
+
+def write_report(plan: Plan, *, wandb: bool = False, project: str = "attention-repro", out: TextIO | None = None) -> Report:
+    """Collect, draw, write ``report.md`` atomically, print the table (and log to W&B)."""
+    out = out or sys.stdout
+    report = render(plan)
+    atomic_write_text(report.path, report.markdown)
+    print_report(report, f"{plan.sweep.title} ({plan.experiment})", out)
     if wandb:
         log_to_wandb(plan, report, project)
     return report
@@ -317,11 +322,5 @@ def write_comparison(plans: list[Plan], *, out: TextIO | None = None) -> Report:
         raise SweepError(f"a comparison needs one sweep at two or more profiles, got {sorted(ids)} x {len(plans)}")
     report = build_comparison(plans, [collect(p) for p in plans])
     atomic_write_text(report.path, report.markdown)
-    print(f"\n{plans[0].sweep.title}", file=out)
-    print(text_table(report.header, report.rows), file=out)
-    for line in report.claims:
-        print(f"  {line}", file=out)
-    if report.missing:
-        print(f"missing or failed runs ({len(report.missing)})", file=out)
-    print(f"report: {report.path}", file=out)
+    print_report(report, plans[0].sweep.title, out)
     return report
