@@ -1,7 +1,7 @@
 """``python -m reproductions sweep``: run an ablation grid, variant x seed, each in its own run directory.
 
     python -m reproductions sweep vit/position --profile cpu [--seeds N] [--dry-run]
-        [--launcher local|torchrun|slurm] [--devices N] [--jobs J] [--root runs] [--wandb]
+        [--launcher local|torchrun|slurm] [--devices N] [--jobs J] [--root runs] [--wandb] [--reuse]
         [-- extra CLI overrides for every run]
 
 The sweep file (``reproductions/<paper>/sweeps/<name>.yaml``, or any path to a YAML file) is
@@ -11,7 +11,9 @@ is in ``reproductions/sweeping/plan.py``, how they run in ``reproductions/sweepi
 A run whose ``results.json`` says finished is skipped, so a sweep that was stopped continues
 where it stopped; a failed run is logged (``<run dir>/stdout.log``), listed at the end and
 makes the exit status 1; the others still run. After the runs the report is written
-(``reproductions/sweeping/report.py``) unless ``--no-report``.
+(``reproductions/sweeping/report.py``) unless ``--no-report``. With ``--reuse`` a run whose
+resolved config and seed equal those of a run finished in another experiment under ``--root`` is
+copied from it instead of trained (``reproductions/sweeping/reuse.py``).
 
 The package ``reproductions/sweeping/`` holds the layers, each importing only those before it:
 ``spec`` (sweep files) < ``plan`` (runs and commands) < ``launch`` (running, SLURM) <
@@ -32,6 +34,7 @@ from typing import TextIO
 from reproductions.sweeping.launch import execute, format_duration, last_error, slurm_script, subprocess_runner
 from reproductions.sweeping.plan import LAUNCHERS, make_plan
 from reproductions.sweeping.report import write_report
+from reproductions.sweeping.reuse import reuse_finished
 from reproductions.sweeping.spec import DEFAULT_PROFILE, SweepError
 from utils.atomic import atomic_write_text
 
@@ -65,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--project", default=None, help="W&B project (default: the runs' --run.project default)")
     p.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
                    help="an extra #SBATCH line for --launcher slurm, e.g. --sbatch=--partition=gpu (repeatable)")
+    p.add_argument("--reuse", action="store_true",
+                   help="copy a run from another experiment under --root whose resolved config and seed are the same, "
+                   "instead of training it again (the copy records reused_from; the code is not compared)")
     p.add_argument("--no-report", action="store_true", help="do not write the report after the runs")
     return p
 
@@ -112,6 +118,14 @@ def main(argv: Sequence[str] | None = None, *, runner=subprocess_runner, out: Te
             file=out,
         )
 
+    reused = []
+    if args.reuse and pending:
+        reused = reuse_finished(pending, plan.root, own=[r.run_dir for r in plan.runs], out=out, copy=not args.dry_run)
+        taken = {id(r.run) for r in reused}
+        pending = [r for r in pending if id(r) not in taken]
+        print(f"--reuse: {len(reused)} of the runs to run {'would be' if args.dry_run else 'were'} copied from "
+              f"finished runs of the same config and seed; {len(pending)} to run", file=out)
+
     if args.launcher == "slurm":
         script = slurm_script(plan, pending, args.devices, args.sbatch) if pending else None
         if script is None:
@@ -128,8 +142,10 @@ def main(argv: Sequence[str] | None = None, *, runner=subprocess_runner, out: Te
         return 0
 
     if args.dry_run:
+        copies = {id(r.run): r.source for r in reused}
         for k, run in enumerate(plan.runs, 1):
-            state = "finished, skip" if id(run) in done else "run"
+            state = ("finished, skip" if id(run) in done
+                     else f"reuse {copies[id(run)]}" if id(run) in copies else "run")
             print(f"# {k}/{len(plan.runs)} {run.label} ({state})\n{shlex.join(run.command)}", file=out)
         return 0
 
@@ -142,7 +158,8 @@ def main(argv: Sequence[str] | None = None, *, runner=subprocess_runner, out: Te
     failures = [o for o in outcomes if o.failed]
     print(
         f"\nsweep {plan.experiment}: {len(outcomes) - len(failures)} finished, {len(failures)} failed, "
-        f"{len(finished)} skipped (already finished) in {format_duration(time.monotonic() - started)}",
+        f"{len(finished)} skipped (already finished)" + (f", {len(reused)} reused" if reused else "")
+        + f" in {format_duration(time.monotonic() - started)}",
         file=out,
     )
     if failures:

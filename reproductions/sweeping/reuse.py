@@ -1,0 +1,182 @@
+"""Reusing finished runs (``sweep ... --reuse``): a planned run whose resolved config and seed
+equal those of a run already finished elsewhere under the same root is copied from it instead of
+trained again.
+
+Sweeps share configurations: the ViT baseline (learned 1-D, class token, the recipe's learning
+rate, patch 4) is a variant of ``vit/position``, ``vit/pooling``, ``vit/patch_size``,
+``vit/attention`` and ``vit/relative`` at the same profile, and a CPU run is deterministic, so
+training it again gives the same numbers for the same compute.
+
+What "equal" means. The planned run's config is resolved exactly as ``fit`` resolves it (the same
+parser, the same ``--config`` files and overrides) and dumped as ``config.yaml`` is; it is
+compared, as data, with each finished run's ``config.yaml``, leaving out only what names a run
+rather than what it computes: the ``run`` section (experiment, variant, group, tags, W&B) and
+``config`` (the paths of the config files, whose content is already resolved). The seed is part
+of the config (``seed_everything``). The code is not compared: the copied ``results.json`` keeps
+the source's ``git`` commit, and the copy says where it came from (``reused_from``); after a
+change to the code that alters results, train again (leave out ``--reuse``).
+
+What is copied. Everything in the source run directory but its lock, its W&B files and its
+``stdout.log`` (the copy's log starts with one line naming the source, then the source's log);
+``config.yaml`` is the planned run's own dump (its ``run`` section names the new experiment);
+``results.json`` is the source's with the new run's names, command and paths, plus
+``reused_from``, written last and atomically: until it is there the run counts as not finished,
+so an interrupted copy is trained (or copied) again on the next sweep. A run directory that
+holds checkpoints of an earlier attempt is not copied into: that run resumes instead. A copy is
+not logged to W&B: the source's W&B run, in the source's group, is the record there.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from reproductions.results import RESULTS_FILE, read_results, write_results
+from reproductions.sweeping.plan import LOG_FILE, Run
+from utils.atomic import atomic_write_text
+
+CONFIG_FILE = "config.yaml"
+#: top-level config keys that name a run rather than what it computes
+NAMING_KEYS = ("run", "config")
+#: what is not copied from the source run directory
+NOT_COPIED = ("run.lock*", "wandb", LOG_FILE, RESULTS_FILE, CONFIG_FILE)
+
+
+def config_key(config: dict[str, Any]) -> str:
+    """The comparable part of a resolved config, as one canonical string."""
+    return json.dumps({k: v for k, v in config.items() if k not in NAMING_KEYS}, sort_keys=True, default=str)
+
+
+def resolve_config(args: Sequence[str]) -> str:
+    """The ``config.yaml`` text ``python -m reproductions <args>`` would write, without running it.
+
+    The repository's CLI parses ``args`` (``fit --config ... overrides``) and stops before any
+    class is built, so nothing is instantiated, created or locked."""
+    from reproductions.cli import ReproductionCLI
+
+    class Resolved(Exception):
+        pass
+
+    class ResolveOnly(ReproductionCLI):
+        def _set_seed(self) -> None:  # the config's seed is what is compared; nothing is seeded
+            pass
+
+        def before_instantiate_classes(self) -> None:
+            raise Resolved(self._parser(self.subcommand).dump(self.config[self.subcommand], skip_none=False))
+
+    try:
+        ResolveOnly(args=list(args))
+    except Resolved as done:
+        return str(done.args[0])
+    raise RuntimeError(f"the CLI did not stop before instantiating for {list(args)}")  # pragma: no cover
+
+
+def load_config(text: str) -> dict[str, Any] | None:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def finished_runs(root: Path, exclude: Sequence[Path] = ()) -> dict[str, Path]:
+    """config key -> run directory, for every finished run under ``root`` with a ``config.yaml``
+    (``<...>/seed<k>/``; a ``validate``/``test`` subdirectory is not a run; runs that were
+    themselves copied count too; the first found per key wins)."""
+    skip = {p.resolve() for p in exclude}
+    index: dict[str, Path] = {}
+    for results in sorted(Path(root).rglob(RESULTS_FILE)):
+        run_dir = results.parent
+        if not run_dir.name.startswith("seed") or run_dir.resolve() in skip or not (run_dir / CONFIG_FILE).is_file() or read_results(run_dir) is None:
+            continue
+        config = load_config((run_dir / CONFIG_FILE).read_text())
+        if config is not None:
+            index.setdefault(config_key(config), run_dir)
+    return index
+
+
+def _rebase(value: Any, src: Path, dst: Path) -> Any:
+    """Paths inside the source run directory (e.g. ``best.path``) moved to the copy."""
+    if isinstance(value, dict):
+        return {k: _rebase(v, src, dst) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rebase(v, src, dst) for v in value]
+    if isinstance(value, str):
+        for base, new in ((str(src.resolve()), str(dst.resolve())), (str(src), str(dst))):
+            if value == base or value.startswith(base + "/"):
+                return new + value[len(base):]
+    return value
+
+
+def copy_run(src: Path, run: Run, config_text: str) -> None:
+    """Copy the finished run ``src`` into ``run``'s directory (see the module docstring)."""
+    dst = run.run_dir
+    dst.mkdir(parents=True, exist_ok=True)
+    results = read_results(src)
+    if results is None:
+        raise RuntimeError(f"{src} is no longer a finished run")
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns(*NOT_COPIED), dirs_exist_ok=True)
+    source_log = src / LOG_FILE
+    log = source_log.read_text(errors="replace") if source_log.is_file() else ""
+    atomic_write_text(dst / LOG_FILE, f"sweep --reuse: copied from {src} (the same resolved config and seed)\n" + log)
+    atomic_write_text(dst / CONFIG_FILE, config_text)
+    copied = _rebase(results, src, dst)
+    copied.update(
+        experiment=run.args[run.args.index("--run.experiment") + 1],
+        variant=run.variant.name,
+        run_dir=str(dst),
+        command="python -m reproductions " + " ".join(run.args),
+        reused_from={"run_dir": str(src), "command": results.get("command")},
+    )
+    write_results(dst, copied)
+
+
+@dataclass
+class Reused:
+    run: Run
+    source: Path
+
+
+def reuse_finished(
+    runs: Sequence[Run],
+    root: Path,
+    *,
+    own: Sequence[Path] = (),
+    out: TextIO,
+    copy: bool = True,
+    resolve: Callable[[Sequence[str]], str] = resolve_config,
+) -> list[Reused]:
+    """Copy every run of ``runs`` that has a finished twin under ``root`` (not among ``own``, the
+    plan's own run directories); returns those copied (with ``copy=False``, those that would be:
+    the dry run). A run whose config cannot be resolved is left to train, where its own error
+    message names the problem."""
+    index = finished_runs(root, exclude=own)
+    if not index:
+        return []
+    reused: list[Reused] = []
+    for run in runs:
+        if (run.run_dir / "checkpoints").is_dir() and any((run.run_dir / "checkpoints").iterdir()):
+            continue  # an earlier attempt: it resumes
+        try:
+            text = resolve(run.args)
+        except Exception as e:  # noqa: BLE001 - reported, and the run trains
+            print(f"    reuse: could not resolve the config of {run.label} ({type(e).__name__}: {e}); it will train",
+                  file=out)
+            continue
+        config = load_config(text)
+        source = index.get(config_key(config)) if config is not None else None
+        if source is None:
+            continue
+        commit = ((read_results(source) or {}).get("git") or {}).get("commit") or "unknown"
+        if copy:
+            copy_run(source, run, text)
+        reused.append(Reused(run, source))
+        print(f"    {'reused' if copy else 'would reuse'} {run.label}: {'copied ' if copy else ''}from {source} "
+              f"(code {str(commit)[:10]})", file=out)
+    return reused
