@@ -16,7 +16,8 @@ resolved config and seed equal those of a run finished in another experiment und
 copied from it instead of trained (``reproductions/sweeping/reuse.py``).
 
 The package ``reproductions/sweeping/`` holds the layers, each importing only those before it:
-``spec`` (sweep files) < ``plan`` (runs and commands) < ``launch`` (running, SLURM) <
+``spec`` (sweep files) < ``plan`` (runs and commands) < ``launch`` (running, SLURM) and
+``reuse`` (copying finished runs of the same config) <
 ``collect`` (results.json per variant) < ``tables`` (the table, formats, RelaImpr) < ``claims``
 (the claim checks) and ``figures`` (one function per plot kind) < ``report`` (report.md, W&B).
 This module and ``reproductions/report.py`` are the commands on top.

@@ -12,7 +12,7 @@ commands are the ones this process sees only where it runs there too (the usual 
 another directory the config and the runs' root are given to them absolute. Relative paths in
 extra overrides are taken from the repository root.
 
-Layer: ``spec`` < ``plan`` (this module) < ``launch`` < ``collect`` < ``tables``/``claims``/
+Layer: ``spec`` < ``plan`` (this module) < ``launch``/``reuse`` < ``collect`` < ``tables``/``claims``/
 ``figures`` < ``report``.
 """
 
