@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import platform
 import re
 import struct
 from pathlib import Path
@@ -14,6 +16,7 @@ import pytest
 
 from reproductions.report import main as report_main
 from reproductions.results import RESULTS_FILE, atomic_write_json
+from reproductions.rundir import _proc_start_ticks
 from reproductions.sweeping.plan import make_plan
 from reproductions.sweeping.collect import collect
 from reproductions.sweeping.report import REPORT_FILE, write_report
@@ -35,7 +38,16 @@ def test_report_table_from_hand_made_results(tmp_path, capsys):
     put(root, exp, "relative", 0, acc=0.95)  # seeds 1 and 2 never ran
     put(root, exp, "relative", 7, acc=0.97)  # an extra seed found on disk counts too
     (root / exp / "relative" / "seed8").mkdir()  # an unplanned, unfinished seed: ignored
-    # "sincos" has no results at all
+    # "sincos" has no results at all: seed 0 is running now (a live lock), seed 1 died (a stale lock)
+    running = root / exp / "sincos" / "seed0"
+    running.mkdir(parents=True)
+    (running / "stdout.log").write_text("UserWarning: something\n")
+    (running / "run.lock").write_text(json.dumps({"pid": os.getpid(), "host": platform.node(), "started": "T0",
+                                                  "proc_start": _proc_start_ticks(os.getpid())}))  # fmt: skip
+    dead = root / exp / "sincos" / "seed1"
+    dead.mkdir(parents=True)
+    (dead / "stdout.log").write_text("KeyboardInterrupt\n")
+    (dead / "run.lock").write_text(json.dumps({"pid": 2**22 + 12345, "host": platform.node(), "started": "T1"}))
 
     assert report_main([str(sweep), "--profile", "smoke", "--root", str(root)]) == 0
     md = (root / exp / REPORT_FILE).read_text()
@@ -51,7 +63,9 @@ def test_report_table_from_hand_made_results(tmp_path, capsys):
     missing = md[md.index("## Missing or failed runs"):]
     assert "`none` seed 2: failed or unfinished: RuntimeError: CUDA out of memory" in missing
     assert "`relative` seed 1: not run" in missing and "`relative` seed 2: not run" in missing
-    assert all(f"`sincos` seed {s}: not run" in missing for s in range(3))
+    assert f"`sincos` seed 0: running now (pid {os.getpid()} on {platform.node()}, started T0)" in missing
+    assert "`sincos` seed 1: failed or unfinished: KeyboardInterrupt" in missing
+    assert "`sincos` seed 2: not run" in missing
     assert "seed 8" not in missing and "`learned`" not in missing
     # the header says how it was made and what the paper column is
     assert "python -m reproductions sweep" in md and "profile `smoke`" in md

@@ -3,13 +3,15 @@
 
 ``collect(plan)`` gives one ``VariantResults`` per planned variant (finished results of the
 planned seeds plus any other finished ``seed<k>`` found on disk; the planned seeds without a
-result, with the reason: not run, or failed or unfinished and the last error of its log).
+result, with the reason: not run, running now (a live lock), or failed or unfinished and the
+last error of its log).
 ``Stat``/``mean_std`` are the mean and sample standard deviation the report shows.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from reproductions.results import RESULTS_FILE, metric_value, read_results, results_state, value_at
+from reproductions.rundir import LOCK_FILE, describe_holder, is_stale
 from reproductions.sweeping.launch import last_error
 from reproductions.sweeping.plan import LOG_FILE, Plan
 from reproductions.sweeping.spec import Metric, Variant
@@ -84,9 +87,20 @@ def _seed_of(path: Path) -> int | None:
         return None
 
 
+def running(run_dir: Path) -> dict | None:
+    """The lock's holder if a live run holds ``run_dir`` (or one on another host, which cannot be
+    checked from here); None if there is no lock, or a stale or unreadable one."""
+    try:
+        holder = json.loads((run_dir / LOCK_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return holder if isinstance(holder, dict) and holder and not is_stale(holder) else None
+
+
 def collect(plan: Plan) -> list[VariantResults]:
     """Finished results per variant (planned seeds and any other finished seed on disk) and
-    the planned runs without one, with the reason (not run / failed or unfinished + last log line)."""
+    the planned runs without one, with the reason (not run / running now / failed or unfinished +
+    last log line)."""
     out = []
     for variant in plan.variants:
         vdir = plan.experiment_dir / variant.name
@@ -104,6 +118,8 @@ def collect(plan: Plan) -> list[VariantResults]:
                     vr.missing.append((seed, "not run"))
                 elif results_state(run_dir)[0] == "corrupt":
                     vr.missing.append((seed, f"corrupt {RESULTS_FILE} (not a complete JSON object): delete it and rerun"))
+                elif (holder := running(run_dir)) is not None:
+                    vr.missing.append((seed, f"running now ({describe_holder(holder)})"))
                 else:
                     log = run_dir / LOG_FILE
                     why = last_error(log) if log.exists() else "no results.json and no stdout.log"
