@@ -87,6 +87,25 @@ def is_stale(holder: dict) -> bool:
     return started is not None and now is not None and started != now  # the pid was recycled
 
 
+def read_holder(run_dir: str | os.PathLike, *, wait: bool = False) -> dict | None:
+    """The content of ``run_dir``'s lock: None if there is no lock; {} if it cannot be read (a
+    holder between its O_EXCL create and its write, or a crash in between). With ``wait``, an
+    unreadable lock is read again for half a second before it counts as unreadable."""
+    path = Path(run_dir) / LOCK_FILE
+    for attempt in range(10 if wait else 1):
+        if attempt:
+            time.sleep(0.05)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            return data
+    return {}
+
+
 class RunDirLock:
     """``with RunDirLock(run_dir, command): ...``; see the module docstring."""
 
@@ -108,31 +127,13 @@ class RunDirLock:
             "slurm_job": slurm_job(),
         }
 
-    def _read(self) -> dict | None:
-        """The lock's content; None if it is gone; {} if unreadable after a moment (half-written by a crash)."""
-        for _ in range(10):
-            try:
-                text = self.path.read_text()
-            except FileNotFoundError:
-                return None
-            except OSError:
-                text = ""
-            try:
-                data = json.loads(text)
-                if isinstance(data, dict):
-                    return data
-            except json.JSONDecodeError:
-                pass
-            time.sleep(0.05)  # a holder between its O_EXCL create and its write
-        return {}
-
     def acquire(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         for _ in range(5):
             try:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
-                holder = self._read()
+                holder = read_holder(self.run_dir, wait=True)
                 if holder is None:
                     continue  # released meanwhile: try again
                 if holder and not is_stale(holder):

@@ -475,6 +475,27 @@ def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
     assert not (run / "run.lock").exists()
 
 
+def test_read_holder_of_a_lock_none_unreadable_or_written_while_it_waits(tmp_path):
+    import threading
+
+    from reproductions.rundir import read_holder
+
+    assert read_holder(tmp_path) is None  # no lock
+    lock = tmp_path / "run.lock"
+    for half_written in ("", '{"pid": 1', "[1, 2]"):
+        lock.write_text(half_written)
+        assert read_holder(tmp_path) == {}  # at once: a report does not wait
+    lock.write_text("")
+    holder = {"pid": 123, "host": "h", "started": "2026-01-01T00:00:00"}
+    writer = threading.Timer(0.15, lambda: lock.write_text(json.dumps(holder)))
+    writer.start()  # a holder between its O_EXCL create and its write
+    try:
+        assert read_holder(tmp_path, wait=True) == holder
+    finally:
+        writer.join()
+    assert read_holder(tmp_path) == holder
+
+
 @pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_and_the_resumed_run_keeps_metrics_and_time(tmp_path):
     root = tmp_path / "runs"

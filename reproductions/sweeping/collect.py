@@ -11,7 +11,6 @@ last error of its log).
 from __future__ import annotations
 
 import csv
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from reproductions.results import RESULTS_FILE, metric_value, read_results, results_state, value_at
-from reproductions.rundir import LOCK_FILE, describe_holder, is_stale
+from reproductions.rundir import describe_holder, is_stale, read_holder
 from reproductions.sweeping.launch import last_error
 from reproductions.sweeping.plan import LOG_FILE, Plan
 from reproductions.sweeping.spec import Metric, Variant
@@ -90,11 +89,8 @@ def _seed_of(path: Path) -> int | None:
 def running(run_dir: Path) -> dict | None:
     """The lock's holder if a live run holds ``run_dir`` (or one on another host, which cannot be
     checked from here); None if there is no lock, or a stale or unreadable one."""
-    try:
-        holder = json.loads((run_dir / LOCK_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    return holder if isinstance(holder, dict) and holder and not is_stale(holder) else None
+    holder = read_holder(run_dir)
+    return holder if holder and not is_stale(holder) else None
 
 
 def collect(plan: Plan) -> list[VariantResults]:

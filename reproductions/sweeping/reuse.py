@@ -114,8 +114,9 @@ def _rebase(value: Any, src: Path, dst: Path) -> Any:
     return value
 
 
-def copy_run(src: Path, run: Run, config_text: str) -> None:
-    """Copy the finished run ``src`` into ``run``'s directory (see the module docstring)."""
+def copy_run(src: Path, run: Run, config_text: str) -> dict:
+    """Copy the finished run ``src`` into ``run``'s directory (see the module docstring); returns
+    the source's results."""
     dst = run.run_dir
     dst.mkdir(parents=True, exist_ok=True)
     results = read_results(src)
@@ -135,6 +136,7 @@ def copy_run(src: Path, run: Run, config_text: str) -> None:
         reused_from={"run_dir": str(src), "command": results.get("command")},
     )
     write_results(dst, copied)
+    return results
 
 
 @dataclass
@@ -173,9 +175,8 @@ def reuse_finished(
         source = index.get(config_key(config)) if config is not None else None
         if source is None:
             continue
-        commit = ((read_results(source) or {}).get("git") or {}).get("commit") or "unknown"
-        if copy:
-            copy_run(source, run, text)
+        results = copy_run(source, run, text) if copy else read_results(source)
+        commit = ((results or {}).get("git") or {}).get("commit") or "unknown"
         reused.append(Reused(run, source))
         print(f"    {'reused' if copy else 'would reuse'} {run.label}: {'copied ' if copy else ''}from {source} "
               f"(code {str(commit)[:10]})", file=out)
