@@ -68,7 +68,7 @@ from lightning_modules.checkpoint_io import load_checkpoint as load_user_checkpo
 from lightning_modules.csv_logger import ResumableCSVLogger
 from reproductions.errors import RunFailed, RunInterrupted, UsageError, config_message, exception_chain, one_line
 from reproductions.errors import parser_error
-from reproductions.results import RESULTS_FILE, environment, write_results
+from reproductions.results import RESULTS_FILE, environment, git_at_end, git_state, write_results
 from reproductions.rundir import RunDirLock, check_root, finished_results, stale_checkpoints
 from reproductions.tracking import log_checkpoints, log_results, log_status, wandb_offline
 from utils.atomic import atomic_write_text
@@ -622,7 +622,7 @@ class ReproductionCLI(LightningCLI):
             "seed": self.seed,
             "run_dir": str(self.run_dir),
             "training": {"epochs": trainer.current_epoch, "steps": trainer.global_step, **clock.summary()},
-            **environment(),
+            **self._environment(),
         }
         record["ended_at"] = record.pop("finished_at", None)
         if status == "interrupted":
@@ -639,7 +639,12 @@ class ReproductionCLI(LightningCLI):
 
     # ------------------------------------------------------------------ fit -> test -> results
     def before_fit(self) -> None:
+        self.git_at_start = git_state()  # the code this run trains with, whatever the checkout does meanwhile
         rank_zero_info(f"run directory: {self.run_dir}")
+
+    def _environment(self) -> dict:
+        start = getattr(self, "git_at_start", None)
+        return environment(git=None if start is None else git_at_end(start))
 
     def _finish_wandb(self) -> None:
         """Close this run's W&B run (flushes its files; the next run in this process gets its own)."""
@@ -739,7 +744,7 @@ class ReproductionCLI(LightningCLI):
                 **clock,
             },
             "data": data.describe() if hasattr(data, "describe") else {"class": type(data).__name__},
-            **environment(),
+            **self._environment(),
         }
 
 

@@ -66,10 +66,19 @@ def write_results(run_dir: str | os.PathLike, results: dict[str, Any]) -> Path:
     return atomic_write_json(Path(run_dir) / RESULTS_FILE, results)
 
 
-def environment() -> dict[str, Any]:
+def git_at_end(start: dict[str, Any]) -> dict[str, Any]:
+    """``start`` (the ``git_state()`` a run began with: the code it ran), plus ``at_end``, the state
+    at the end, when the checkout changed while it ran."""
+    end = git_state()
+    return start if end == start else {**start, "at_end": end}
+
+
+def environment(git: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a results.json records of where it ran; ``git``: the run's own state (see
+    ``git_at_end``), else the checkout's now."""
     return {
         "versions": package_versions(),
-        "git": git_state(),
+        "git": git if git is not None else git_state(),
         "host": platform.node(),
         "command": " ".join(_command_line()),
         "finished_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

@@ -140,6 +140,21 @@ def test_fit_writes_a_complete_run_directory(tmp_path):
     assert read_results(d) == res
 
 
+def test_results_record_the_commit_the_run_started_with(tmp_path, monkeypatch):
+    import reproductions.cli as cli
+    import reproductions.results as results
+
+    states = iter([{"commit": "a" * 40, "dirty": False}])  # at the start; then the checkout moves
+    monkeypatch.setattr(cli, "git_state", lambda: next(states))
+    monkeypatch.setattr(results, "git_state", lambda: {"commit": "b" * 40, "dirty": True})
+    fit(tmp_path, "--trainer.max_epochs", "1")
+    assert load(tmp_path)["git"] == {"commit": "a" * 40, "dirty": False,
+                                     "at_end": {"commit": "b" * 40, "dirty": True}}
+    unchanged = {"commit": "c" * 40, "dirty": False}
+    monkeypatch.setattr(results, "git_state", lambda: dict(unchanged))
+    assert results.git_at_end(dict(unchanged)) == unchanged  # no at_end when nothing moved
+
+
 def test_checkpoint_reloads_with_its_net(tmp_path):
     """The checkpoint carries the net's config, so the module rebuilds without the YAML."""
     from lightning_modules.image_classifier import ImageClassifier
