@@ -271,6 +271,7 @@ class ReproductionCLI(LightningCLI):
             given, dict) else []
         self.resume_from: Path | None = None  # a checkpoint of this run directory that fit resumes
         self.resume_step: int | None = None
+        self.git_at_start: dict | None = None  # set when fit starts (before_fit)
         self.signals = StopSignals(self)
         super().__init__(LightningModule, LightningDataModule, *args, **kwargs)
 
@@ -643,7 +644,7 @@ class ReproductionCLI(LightningCLI):
         rank_zero_info(f"run directory: {self.run_dir}")
 
     def _environment(self) -> dict:
-        start = getattr(self, "git_at_start", None)
+        start = self.git_at_start
         return environment(git=None if start is None else git_at_end(start))
 
     def _finish_wandb(self) -> None:
