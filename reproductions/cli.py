@@ -645,7 +645,12 @@ class ReproductionCLI(LightningCLI):
 
     def _environment(self) -> dict:
         start = self.git_at_start
-        return environment(git=None if start is None else git_at_end(start))
+        trainer = getattr(self, "trainer", None)
+        try:
+            device = trainer.strategy.root_device.type if trainer is not None else None
+        except Exception:  # noqa: BLE001 - a strategy that never set up: the default device
+            device = None
+        return environment(git=None if start is None else git_at_end(start), device=device)
 
     def _finish_wandb(self) -> None:
         """Close this run's W&B run (flushes its files; the next run in this process gets its own)."""

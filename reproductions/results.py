@@ -73,12 +73,63 @@ def git_at_end(start: dict[str, Any]) -> dict[str, Any]:
     return start if end == start else {**start, "at_end": end}
 
 
-def environment(git: dict[str, Any] | None = None) -> dict[str, Any]:
+def cpu_name() -> str:
+    """The CPU's model name, with its family and model numbers where the OS gives them (a VM
+    often names only the product line, "AMD EPYC", for several generations of it)."""
+    info: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            key = key.strip()
+            if key in ("model name", "cpu family", "model") and key not in info:
+                info[key] = value.strip()
+            if len(info) == 3:
+                break
+    except OSError:
+        pass
+    name = info.get("model name") or platform.processor() or platform.machine() or "unknown"
+    if "cpu family" in info and "model" in info:
+        name += f" (family {info['cpu family']}, model {info['model']})"
+    return name
+
+
+def hardware(device: str | None = None) -> dict[str, Any]:
+    """What computed the numbers: ``device`` (``cpu``, ``cuda``, ...; default cuda where there is
+    one), the CPU and the instruction set PyTorch's CPU kernels were built for on it
+    (``cpu_capability``: AVX2, AVX512, ...), and the GPU on CUDA.
+
+    It is part of a result: the same config and seed give the same numbers again on the same
+    hardware and software, but another instruction set picks other kernels, whose float
+    reductions round differently, and two such runs part after a few steps (they differ by
+    seed-to-seed noise, not by a fixed amount)."""
+    import torch
+
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    found: dict[str, Any] = {"device": device, "cpu": cpu_name(),
+                             "cpu_capability": torch.backends.cpu.get_cpu_capability()}  # fmt: skip
+    if device == "cuda" and torch.cuda.is_available():
+        found["gpu"] = torch.cuda.get_device_name()
+        found["cuda"] = torch.version.cuda
+    return found
+
+
+def same_hardware(a: Any, b: Any) -> bool:
+    """Whether two ``hardware`` records name hardware that computes the same numbers: the same
+    GPU model on CUDA, else the same CPU and instruction set. A missing record matches nothing."""
+    if not isinstance(a, dict) or not isinstance(b, dict) or a.get("device") != b.get("device"):
+        return False
+    keys = ("gpu",) if a.get("device") == "cuda" else ("cpu", "cpu_capability")
+    return all(a.get(k) is not None and a.get(k) == b.get(k) for k in keys)
+
+
+def environment(git: dict[str, Any] | None = None, device: str | None = None) -> dict[str, Any]:
     """What a results.json records of where it ran; ``git``: the run's own state (see
-    ``git_at_end``), else the checkout's now."""
+    ``git_at_end``), else the checkout's now; ``device``: the run's (see ``hardware``)."""
     return {
         "versions": package_versions(),
         "git": git if git is not None else git_state(),
+        "hardware": hardware(device),
         "host": platform.node(),
         "command": " ".join(_command_line()),
         "finished_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from reproductions.cli import experiment_name, main as cli_main
@@ -123,6 +124,9 @@ def test_fit_writes_a_complete_run_directory(tmp_path):
     assert t["samples_per_sec"] > 0 and t["fit_time_s"] > 0
     assert set(res["versions"]) >= {"torch", "lightning", "timm"} and res["versions"]["torch"]
     assert "commit" in res["git"]
+    # what computed the numbers: another instruction set or GPU gives another draw (--reuse checks it)
+    assert res["hardware"]["device"] == "cpu" and res["hardware"]["cpu"]
+    assert res["hardware"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert res["data"]["source"] == "digits"
     # the resolved config replays the run, command-line overrides included
     cfg = yaml.safe_load((d / "config.yaml").read_text())

@@ -9,7 +9,7 @@ import json
 import pytest
 import yaml
 
-from reproductions.results import RESULTS_FILE, read_results
+from reproductions.results import RESULTS_FILE, hardware, read_results
 from reproductions.sweep import main as sweep_main
 from reproductions.sweeping.plan import make_plan
 from reproductions.sweeping.reuse import config_key, copy_run, finished_runs, resolve_config, reuse_finished
@@ -105,11 +105,11 @@ def test_resolved_config_is_the_one_fit_writes(swept):
     assert config_key(yaml.safe_load(resolve_config(other_seed))) != config_key(written)
     assert config_key(yaml.safe_load(resolve_config(plan.runs[1].args))) != config_key(written)
     own = {r.run_dir for r in plan.runs}
-    assert own <= set(finished_runs(root).values())
-    assert own.isdisjoint(finished_runs(root, exclude=list(own)).values())
+    assert own <= {d for dirs in finished_runs(root).values() for d in dirs}
+    assert own.isdisjoint(d for dirs in finished_runs(root, exclude=list(own)).values() for d in dirs)
 
 
-def _finished(run_dir, config: dict, acc: float = 0.5):
+def _finished(run_dir, config: dict, acc: float = 0.5, hw: dict | str | None = "here"):
     run_dir.mkdir(parents=True)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
     (run_dir / "checkpoints").mkdir()
@@ -118,6 +118,8 @@ def _finished(run_dir, config: dict, acc: float = 0.5):
     (run_dir / "run.lock").write_text("{}")
     res = {"status": "finished", "variant": "x", "seed": 0, "test": {"test/acc": acc}, "command": "python -m x",
            "best": {"path": str((run_dir / "checkpoints" / "last.ckpt").resolve())}}  # fmt: skip
+    if hw is not None:
+        res["hardware"] = hardware("cpu") if hw == "here" else hw
     (run_dir / RESULTS_FILE).write_text(json.dumps(res))
 
 
@@ -133,7 +135,7 @@ def test_what_is_compared_and_where_copying_stops(tmp_path):
     (unfinished / "config.yaml").write_text(yaml.safe_dump({**base, "model": {"lr": 2.0}}))
     _finished(root / "p/one-x/v/seed0/test", {**base, "model": {"lr": 3.0}})
     index = finished_runs(root)
-    assert list(index.values()) == [root / "p/one-x/v/seed0"]
+    assert list(index.values()) == [[root / "p/one-x/v/seed0"]]
     assert config_key({**base, "run": {"experiment": "other"}, "config": ["b.yaml"]}) in index
 
     plan = make_plan(write_sweep(tmp_path / "s.yaml", title="S", aliases=ALIASES,
@@ -180,3 +182,48 @@ def test_a_copy_interrupted_before_its_results_is_not_finished(tmp_path, monkeyp
         pass
     assert read_results(run.run_dir) is None and not (run.run_dir / RESULTS_FILE).exists()
     assert read_results(src) is not None
+
+
+def test_a_twin_from_other_hardware_trains(tmp_path):
+    """The same config and seed on another CPU type (or with no hardware recorded) is another
+    draw, not a copy: such a twin is named and the run trains; a twin from this machine's
+    hardware, found later in path order, is the one copied."""
+    root = tmp_path / "runs"
+    base = {"seed_everything": 0, "model": {"lr": 1.0}, "trainer": {"accelerator": "cpu"}}
+    here = hardware("cpu")
+    other = {**here, "cpu_capability": "AVX2" if here["cpu_capability"] != "AVX2" else "AVX512"}
+    _finished(root / "p/a-x/v/seed0", {**base, "run": {"experiment": "p/a-x"}}, acc=0.1, hw=other)
+    _finished(root / "p/b-x/v/seed0", {**base, "run": {"experiment": "p/b-x"}}, acc=0.2, hw=None)
+    plan = make_plan(write_sweep(tmp_path / "s.yaml", title="S", aliases=ALIASES,
+                                 variants=[{"name": "a", "overrides": {"patch_size": 4}}]), "smoke", root=root)
+    (run,) = plan.runs
+
+    def resolve(args):
+        return yaml.safe_dump({**base, "run": {"experiment": "s-smoke"}})
+
+    out = io.StringIO()
+    assert reuse_finished(plan.runs, root, own=[run.run_dir], out=out, resolve=resolve) == []
+    text = out.getvalue()
+    assert f"has a finished twin, {root / 'p/a-x/v/seed0'}, trained on CPU {here['cpu']} ({other['cpu_capability']})" in text
+    assert f"not on this machine's CPU {here['cpu']} ({here['cpu_capability']}); the numbers would differ, so it trains" in text
+    assert read_results(run.run_dir) is None
+
+    _finished(root / "p/c-x/v/seed0", {**base, "run": {"experiment": "p/c-x"}}, acc=0.3)  # this machine's
+    reused = reuse_finished(plan.runs, root, own=[run.run_dir], out=io.StringIO(), resolve=resolve)
+    assert [r.source for r in reused] == [root / "p/c-x/v/seed0"] and read_results(run.run_dir)["test"]["test/acc"] == 0.3
+
+
+def test_same_hardware():
+    """GPU runs match on the GPU model, CPU runs on the CPU and its instruction set; a missing
+    record or field matches nothing."""
+    from reproductions.results import same_hardware
+
+    cpu = {"device": "cpu", "cpu": "AMD EPYC (family 25, model 1)", "cpu_capability": "AVX2"}
+    assert same_hardware(cpu, dict(cpu))
+    assert not same_hardware(cpu, {**cpu, "cpu_capability": "AVX512"})
+    assert not same_hardware(cpu, {**cpu, "cpu": "AMD EPYC (family 26, model 2)"})
+    assert not same_hardware(cpu, None) and not same_hardware(None, None)
+    assert not same_hardware({"device": "cpu"}, {"device": "cpu"})
+    gpu = {"device": "cuda", "gpu": "NVIDIA H100", "cpu": "x", "cpu_capability": "AVX2"}
+    assert same_hardware(gpu, {**gpu, "cpu": "y", "cpu_capability": "AVX512"})
+    assert not same_hardware(gpu, {**gpu, "gpu": "NVIDIA A100"}) and not same_hardware(gpu, cpu)
