@@ -323,7 +323,7 @@ def test_two_process_ddp_matches_one_process(tmp_path):
     """Same global batch on 1 and 2 CPU processes (gloo): each rank gets half of every batch
     and a disjoint shard, the two ranks' batches of step k together are the one-process batch
     of step k, so both runs take the same optimiser steps up to floating-point reduction order
-    and end with the same validation accuracy within a small tolerance. (Adam amplifies the
+    and end with the same losses within a small tolerance. (Adam amplifies the
     last-bit differences of the gradient all-reduce, so losses agree to ~1e-6 at the start
     and drift apart slowly: the early epochs are compared tightly, the end loosely.)"""
     common = [sys.executable, "-m", "reproductions", "fit", "--config", DIGITS, *SMALL,
@@ -362,8 +362,13 @@ def test_two_process_ddp_matches_one_process(tmp_path):
     assert one["final"]["val/acc"] > 0.4  # it learned something, so the comparison means something
     early = [epoch_losses(tmp_path / f"d{d}")[:2] for d in (1, 2)]
     assert early[0] == pytest.approx(early[1], rel=1e-3)
-    assert abs(one["final"]["val/acc"] - two["final"]["val/acc"]) <= 0.05
-    assert abs(one["test"]["test/acc"] - two["test"]["test/acc"]) <= 0.05
+    # the end by the losses: at ~45% accuracy after 5 epochs a few of the 144 validation images
+    # flip with the last-bit drift (val/acc 0.4375 against 0.4931 on an AVX-512 CPU, where the
+    # final train losses were 1.6138 and 1.6145), so accuracy is no measure of it
+    last = [epoch_losses(tmp_path / f"d{d}")[-1] for d in (1, 2)]
+    assert last[0] == pytest.approx(last[1], rel=2e-2)
+    assert one["final"]["val/loss"] == pytest.approx(two["final"]["val/loss"], rel=5e-2)
+    assert one["test"]["test/loss"] == pytest.approx(two["test"]["test/loss"], rel=5e-2)
 
 
 def epoch_losses(root: Path) -> list[float]:
