@@ -58,8 +58,8 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_modules.callbacks import (
     CheckpointOnSignal,
-    EpochReseed,
     NonFiniteLossError,
+    StepReseed,
     StopOnNonFiniteLoss,
     TrainingClock,
 )
@@ -70,7 +70,7 @@ from reproductions.errors import RunFailed, RunInterrupted, UsageError, config_m
 from reproductions.errors import parser_error
 from reproductions.results import RESULTS_FILE, environment, git_at_end, git_state, write_results
 from reproductions.rundir import RunDirLock, check_root, finished_results, stale_checkpoints
-from reproductions.tracking import log_checkpoints, log_results, log_status, wandb_offline
+from reproductions.tracking import log_checkpoints, log_results, log_status, read_run_id, run_facts, run_logger
 from utils.atomic import atomic_write_text
 
 REPRODUCTIONS_DIR = Path(__file__).resolve().parent
@@ -155,11 +155,18 @@ class SaveAndLogConfig(SaveConfigCallback):
         self.already_saved = True
 
     def save_config(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
+        """The W&B run config: the resolved tree once, plus the run's ``facts`` (code, hardware)."""
+        loggers = [logger for logger in trainer.loggers if isinstance(logger, WandbLogger)]
+        if not loggers:
+            return
         config = self.config.clone()
         config.pop("config", None)
-        for logger in trainer.loggers:
-            if isinstance(logger, WandbLogger):
-                logger.log_hyperparams(config.as_dict())
+        tree = {**config.as_dict(), "facts": run_facts(trainer)}
+        for logger in loggers:
+            if hasattr(logger, "log_config"):
+                logger.log_config(tree)  # Lightning's flat copy of the module's hparams is left out
+            else:
+                logger.log_hyperparams(tree)
 
 
 #: Trainer arguments where Lightning reads an int as a number of batches and a float as a fraction
@@ -417,20 +424,16 @@ class ReproductionCLI(LightningCLI):
         loggers: list[Logger] = [csv]
         if run.wandb:
             tags = list(dict.fromkeys([self.experiment, run.variant, *run.tags]))
-            loggers.append(
-                WandbLogger(
-                    project=run.project,
-                    group=run.group or self.experiment,
-                    name=f"{self.experiment}/{run.variant}/seed{self.seed}",
-                    tags=tags,
-                    save_dir=str(self.log_dir),
-                    offline=wandb_offline(),
-                    job_type=self.subcommand,
-                    # a run left open in this process (an earlier in-process run, a notebook) is
-                    # closed first; wandb's default would hand that old run back instead
-                    reinit="finish_previous",
-                )
-            )
+            name = f"{self.experiment}/{run.variant}/seed{self.seed}"
+            fit = self.subcommand == "fit"
+            # fit: the run directory's one W&B run, continued on resume, new when starting at step 0;
+            # validate/test: a run of their own, linked to the fit's by group, name and fit_run_id
+            loggers.append(run_logger(
+                project=run.project, group=run.group or self.experiment, tags=tags, log_dir=self.log_dir,
+                name=name if fit else f"{name}/{self.subcommand}", job_type=self.subcommand,
+                id_dir=self.run_dir if fit else None, fresh=fit and self.resume_from is None,
+                config=None if fit else {"fit_run_id": read_run_id(self.run_dir)},
+            ))
         if isinstance(configured, Logger):
             loggers.append(configured)
         elif isinstance(configured, (list, tuple)):
@@ -443,7 +446,7 @@ class ReproductionCLI(LightningCLI):
         self.clock = TrainingClock()
         run = self._run_options()
         self.on_signal = CheckpointOnSignal(self.run_dir / "checkpoints" / "last.ckpt")
-        callbacks += [self.clock, EpochReseed(self.seed), StopOnNonFiniteLoss(run.nonfinite_patience)]
+        callbacks += [self.clock, StepReseed(self.seed), StopOnNonFiniteLoss(run.nonfinite_patience)]
         monitor, mode = getattr(self.model, "monitor", ("val/loss", "min"))
         if self.subcommand == "fit":
             callbacks.append(self.on_signal)
@@ -655,7 +658,8 @@ class ReproductionCLI(LightningCLI):
     def _finish_wandb(self) -> None:
         """Close this run's W&B run (flushes its files; the next run in this process gets its own)."""
         for logger in self.trainer.loggers:
-            if isinstance(logger, WandbLogger) and self.trainer.is_global_zero:
+            # a run that never started W&B (failed before setup) does not start it now to close it
+            if isinstance(logger, WandbLogger) and self.trainer.is_global_zero and logger._experiment is not None:
                 logger.experiment.finish()
 
     def after_validate(self) -> None:
@@ -696,7 +700,7 @@ class ReproductionCLI(LightningCLI):
         if trainer.is_global_zero:
             results = self.collect_results(test_metrics, final_metrics)
             write_results(self.run_dir, results)
-            log_results(trainer.loggers, results)  # the same numbers into the W&B run summary
+            log_results(trainer.loggers, results, self.run_dir)  # the same numbers (and files) into W&B
             if run.log_model:
                 log_checkpoints(trainer.loggers, self.run_dir / "checkpoints", results)
             shown = ", ".join(f"{k} = {v:.4f}" for k, v in sorted(test_metrics.items()))
