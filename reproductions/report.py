@@ -17,7 +17,7 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from reproductions.sweeping.plan import make_plan
+from reproductions.sweeping.plan import check_counts, make_plan
 from reproductions.sweeping.report import write_comparison, write_report
 from reproductions.sweeping.spec import DEFAULT_PROFILE, SweepError
 
@@ -32,33 +32,34 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     p.add_argument("sweep", help="a sweep name (vit/position) or a sweep YAML file")
     p.add_argument("--profile", action="append", default=None,
                    help=f"the profile (default {DEFAULT_PROFILE}); give it twice or more to compare profiles side by side")
-    p.add_argument("--seeds", type=int, default=None, help="the planned seeds 0..N-1 (default: the profile's)")
+    p.add_argument("--seeds", type=int, default=None, help="the planned seeds 0..N-1, N >= 1 (default: the profile's)")
     p.add_argument("--root", default="runs")
     p.add_argument("--experiment", default=None, help="experiment name (default <sweep>-<profile>)")
     p.add_argument("--wandb", action="store_true", help="also log the table and figures to W&B (the sweep's group)")
     p.add_argument("--project", default="attention-repro", help="W&B project")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    check_counts(seeds=args.seeds)  # a UsageError: one ``error:`` line, exit status 2
     profiles = list(dict.fromkeys(args.profile or [DEFAULT_PROFILE]))
     try:
         plans = [make_plan(args.sweep, p, seeds=args.seeds, root=args.root, experiment=args.experiment if len(profiles) == 1 else None)
                  for p in profiles]  # fmt: skip
     except SweepError as e:
-        print(f"report: {e}", file=sys.stderr)
+        print(f"error: {e}", file=sys.stderr)
         return 2
     if len(plans) > 1:
         if args.experiment or args.wandb:
-            print("report: --experiment and --wandb name one profile's report; leave them out when comparing profiles",
+            print("error: --experiment and --wandb name one profile's report; leave them out when comparing profiles",
                   file=sys.stderr)
             return 2
         absent = [p.experiment_dir for p in plans if not p.experiment_dir.is_dir()]
         if len(absent) == len(plans):
-            print(f"report: no runs under {', '.join(map(str, absent))}; run the sweeps first", file=sys.stderr)
+            print(f"error: no runs under {', '.join(map(str, absent))}; run the sweeps first", file=sys.stderr)
             return 1
         write_comparison(plans, out=out)
         return 0
     plan = plans[0]
     if not plan.experiment_dir.is_dir():
-        print(f"report: no runs under {plan.experiment_dir}; run first: {plan.sweep_command()}", file=sys.stderr)
+        print(f"error: no runs under {plan.experiment_dir}; run first: {plan.sweep_command()}", file=sys.stderr)
         return 1
     write_report(plan, wandb=args.wandb, project=args.project, out=out)
     return 0

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from reproductions.sweeping.launch import execute, format_duration, last_error, slurm_script, subprocess_runner
-from reproductions.sweeping.plan import LAUNCHERS, make_plan
+from reproductions.sweeping.plan import LAUNCHERS, check_counts, make_plan
 from reproductions.sweeping.report import write_report
 from reproductions.sweeping.reuse import reuse_finished
 from reproductions.sweeping.spec import DEFAULT_PROFILE, SweepError
@@ -58,11 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("sweep", help="a sweep name (vit/position) or a sweep YAML file")
     p.add_argument("--profile", default=DEFAULT_PROFILE, help=f"scale: smoke, cpu or gpu (default {DEFAULT_PROFILE})")
-    p.add_argument("--seeds", type=int, default=None, help="run seeds 0..N-1 (default: the profile's)")
+    p.add_argument("--seeds", type=int, default=None, help="run seeds 0..N-1, N >= 1 (default: the profile's)")
     p.add_argument("--dry-run", action="store_true", help="print the commands (or the slurm script); run nothing")
     p.add_argument("--launcher", choices=LAUNCHERS, default="local")
-    p.add_argument("--devices", type=int, default=None, help="devices per run (--trainer.devices; ddp when > 1)")
-    p.add_argument("--jobs", type=int, default=None, help="local runs at once (default: the profile's, else 1)")
+    p.add_argument("--devices", type=int, default=None, help="devices per run, >= 1 (--trainer.devices; ddp when > 1)")
+    p.add_argument("--jobs", type=int, default=None, help="local runs at once, >= 1 (default: the profile's, else 1)")
     p.add_argument("--root", default="runs", help="directory of all runs (default runs)")
     p.add_argument("--experiment", default=None, help="experiment name (default <sweep>-<profile>)")
     p.add_argument("--wandb", action="store_true", help="log every run (and the report) to W&B, grouped by sweep")
@@ -87,9 +87,12 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
 
 
 def main(argv: Sequence[str] | None = None, *, runner=subprocess_runner, out: TextIO | None = None) -> int:
-    """``python -m reproductions sweep ...``; returns the exit status (1 if any run failed)."""
+    """``python -m reproductions sweep ...``; returns the exit status (1 if any run failed).
+
+    A bad option value raises ``UsageError`` (one ``error:`` line, exit status 2) before any run."""
     out = out or sys.stdout
     args, extra = parse_args(sys.argv[1:] if argv is None else argv)
+    check_counts(seeds=args.seeds, jobs=args.jobs, devices=args.devices)
     try:
         plan = make_plan(
             args.sweep, args.profile, seeds=args.seeds, root=args.root, experiment=args.experiment,
@@ -97,7 +100,7 @@ def main(argv: Sequence[str] | None = None, *, runner=subprocess_runner, out: Te
             jobs=args.jobs,
         )  # fmt: skip
     except SweepError as e:
-        print(f"sweep: {e}", file=sys.stderr)
+        print(f"error: {e}", file=sys.stderr)
         return 2
     finished = plan.finished()
     done = {id(r) for r in finished}

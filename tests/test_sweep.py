@@ -13,9 +13,12 @@ import pytest
 import yaml
 
 from reproductions.__main__ import main as repro_main
+from reproductions.errors import UsageError
+from reproductions.report import main as report_main
 from reproductions.results import RESULTS_FILE, atomic_write_json, read_results
 from reproductions.sweep import main as sweep_main
 from reproductions.sweeping.plan import make_plan
+from reproductions.sweeping.spec import SweepError
 from tests.helpers import inprocess_runner
 from tests.sweep_helpers import REPO, SWEEPS, config_value, fake_result, fake_runner, sets, write_sweep
 
@@ -38,6 +41,45 @@ def test_extra_overrides_go_to_every_run_last(tmp_path, capsys):
     assert len(commands) == 2
     for line in commands:
         assert line.endswith("--trainer.devices 8 --trainer.max_epochs 5")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("jobs", ["0", "-1"])
+def test_jobs_below_one_is_refused_before_any_run(tmp_path, jobs):
+    """--jobs 0 is a value given (not "the default"), --jobs -1 no pool size: one error line, exit 2,
+    on the real command line, before any run starts and with nothing written."""
+    root = tmp_path / "runs"
+    cmd = [sys.executable, "-m", "reproductions", "sweep", "vit/patch_size", "--profile", "smoke", "--jobs", jobs,
+           "--root", str(root)]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
+    env.pop("REPRO_DEBUG", None)
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    last = (proc.stdout + proc.stderr).strip().splitlines()[-1]
+    assert last == (f"error: --jobs {jobs} is not a positive number; "
+                    "give a positive number of parallel runs (e.g. --jobs 2)")  # fmt: skip
+    assert "Traceback" not in proc.stderr and proc.stdout == ""  # no sweep header: nothing started
+    assert not root.exists()
+
+
+@pytest.mark.parametrize("option, value", [("--jobs", "0"), ("--jobs", "-3"), ("--seeds", "0"), ("--seeds", "-1"),
+                                           ("--devices", "0"), ("--devices", "-2")])  # fmt: skip
+def test_count_options_below_one_are_usage_errors(tmp_path, option, value):
+    calls = []
+    with pytest.raises(UsageError, match=re.escape(f"{option} {value} is not a positive number; give ")):
+        sweep_main(["vit/patch_size", "--profile", "smoke", option, value, "--root", str(tmp_path / "runs")],
+                   runner=fake_runner(calls=calls), out=io.StringIO())  # fmt: skip
+    assert calls == [] and not (tmp_path / "runs").exists()
+    if option == "--seeds":  # the report plans the same seeds
+        with pytest.raises(UsageError, match=re.escape(f"--seeds {value} is not a positive number")):
+            report_main(["vit/patch_size", "--profile", "smoke", "--seeds", value, "--root", str(tmp_path)])
+
+
+def test_make_plan_takes_jobs_zero_as_given_not_as_the_default():
+    with pytest.raises(SweepError, match="jobs=0 must be at least 1"):
+        make_plan("vit/patch_size", "smoke", jobs=0)
+    assert make_plan("vit/patch_size", "smoke", jobs=3).jobs == 3
+    assert make_plan("vit/patch_size", "smoke").jobs == 1  # not given: the profile's, else 1
 
 
 # --------------------------------------------------------------------------- skip, continue, fail

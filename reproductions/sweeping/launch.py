@@ -213,7 +213,9 @@ def slurm_script(plan: Plan, runs: Sequence[Run], devices: int | None = None, sb
     """
     if not runs:
         raise SweepError("no pending runs: nothing to put in a job array")
-    gpus = devices or 1
+    if devices is not None and devices < 1:
+        raise SweepError(f"devices={devices} must be at least 1")
+    gpus = 1 if devices is None else devices
     exp_dir = plan.experiment_dir
     lines = [
         "#!/bin/bash",

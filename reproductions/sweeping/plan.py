@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from reproductions.errors import UsageError
 from reproductions.results import read_results
 from reproductions.sweeping.spec import (
     DEFAULT_PROFILE,
@@ -43,6 +44,20 @@ from reproductions.sweeping.spec import (
 
 LOG_FILE = "stdout.log"
 LAUNCHERS = ("local", "torchrun", "slurm")
+#: the count options of ``sweep`` and ``report``, and what to give instead of a count below 1
+COUNT_HINTS = {
+    "seeds": "give the number of seeds N, for seeds 0..N-1 (e.g. --seeds 3)",
+    "jobs": "give a positive number of parallel runs (e.g. --jobs 2)",
+    "devices": "give a positive number of devices per run (e.g. --devices 2)",
+}
+
+
+def check_counts(**counts: int | None) -> None:
+    """Refuse a count option below 1 (``--jobs 0``, ``--seeds -1``) as a usage error naming it:
+    0 is a value given, not "not given" (None), and never means "the default"."""
+    for name, value in counts.items():
+        if value is not None and value < 1:
+            raise UsageError(f"--{name} {value} is not a positive number; {COUNT_HINTS[name]}")
 
 
 def cli_value(value: Any) -> str:
@@ -182,10 +197,12 @@ def make_plan(
     if devices is not None and devices < 1:
         raise SweepError(f"devices={devices} must be at least 1")
     prof = sweep.profile(profile)
-    base = _resolve_base(sweep, prof.base or sweep.base)
-    seed_list = list(range(seeds)) if seeds is not None else (prof.seeds or sweep.seeds)
     if seeds is not None and seeds < 1:
         raise SweepError(f"seeds={seeds} must be at least 1")
+    if jobs is not None and jobs < 1:
+        raise SweepError(f"jobs={jobs} must be at least 1")
+    base = _resolve_base(sweep, prof.base or sweep.base)
+    seed_list = list(range(seeds)) if seeds is not None else (prof.seeds or sweep.seeds)
     variants = prof.variants or sweep.variants
     experiment = experiment or default_experiment(sweep, profile)
     root = Path(root)
@@ -224,7 +241,7 @@ def make_plan(
                 command = [python, "-m", "reproductions", *args]
             runs.append(Run(variant, seed, root / experiment / variant.name / f"seed{seed}", args, command))
     if launcher == "local":
-        jobs = jobs or prof.jobs or 1
+        jobs = jobs if jobs is not None else (prof.jobs or 1)
     else:
         jobs = 1  # torchrun: one multi-process run at a time; slurm: the scheduler decides
     if jobs > 1 and devices is not None and devices > 1:
