@@ -6,6 +6,7 @@ Commands:
     report                         a sweep's table beside the paper and its figures (reproductions/report.py)
     analyze                        attention analyses of a checkpoint or timm ViT (reproductions/analyze.py)
     data                           prepare image data ahead of time, show what is prepared (reproductions/data.py)
+    sync                           upload the offline W&B runs under a path with wandb sync (reproductions/sync.py)
     bench                          benchmarks with ratios against peers run in the same process (reproductions/bench.py):
                                    trainer, vit, hybrid, data, bst, gpu
 
@@ -29,6 +30,7 @@ TOOLS = {
     "report": "reproductions.report",
     "analyze": "reproductions.analyze",
     "data": "reproductions.data",
+    "sync": "reproductions.sync",
 }
 
 

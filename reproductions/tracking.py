@@ -128,6 +128,10 @@ def init_run(init: dict[str, Any], *, say=None):
         say(f"W&B: server {where} did not start the run within {settings.init_timeout:g} s ({why}); going on "
             f"offline under {Path(init['dir']) / 'wandb'}; upload later: python -m reproductions sync "
             f"{init['dir']}")
+        try:  # the service still holds the run that did not start: a fresh service for the offline one
+            wandb.teardown()
+        except Exception:  # noqa: BLE001
+            pass
         return wandb.init(**{**init, "mode": "offline"}, settings=settings)
 
 

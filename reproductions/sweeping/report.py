@@ -41,7 +41,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from reproductions.sweeping.claims import CHECKERS
 from reproductions.sweeping.collect import VariantResults, collect
@@ -183,31 +183,10 @@ def _rel(path: Path) -> str:
 
 
 def log_to_wandb(plan: Plan, report: Report, project: str = "attention-repro") -> None:
-    """The table and figures as a ``report`` run in the sweep's W&B group (offline without a key)."""
-    import wandb
+    """The report as the sweep's W&B ``report`` run, as data (``reproductions.sweeping.publish``)."""
+    from reproductions.sweeping.publish import publish
 
-    from reproductions.tracking import wandb_offline
-
-    run = wandb.init(
-        project=project,
-        group=plan.experiment,
-        name=f"{plan.experiment}/report",
-        job_type="report",
-        tags=list(dict.fromkeys([plan.sweep.axis, plan.profile.name, plan.sweep.id])),
-        dir=str(plan.experiment_dir),
-        mode="offline" if wandb_offline() else "online",
-        reinit="finish_previous",  # never hand back a run left open in this process
-        config={"sweep": plan.sweep.id, "profile": plan.profile.name, "seeds": plan.seeds},
-    )
-    try:
-        payload: dict[str, Any] = {"report/table": wandb.Table(columns=report.header, data=report.rows)}
-        for fig in report.figures:
-            payload[f"report/{fig.stem}"] = wandb.Image(str(fig))
-        run.log(payload)
-        run.summary["report/missing_runs"] = len(report.missing)
-        run.save(str(report.path), base_path=str(report.path.parent), policy="now")
-    finally:
-        run.finish()
+    publish(plan, report, project)
 
 
 def render(plan: Plan, figure_dir: str | os.PathLike | None = None) -> Report:

@@ -1,0 +1,125 @@
+"""A sweep's report in W&B, as data: the ``report`` run of ``report --wandb`` (and ``sweep --wandb``).
+
+One report run per sweep and profile: its id is kept in ``<root>/<sweep>-<profile>/wandb/run_id``
+(as a run directory keeps its own), so reporting again continues that run (one more step of its
+history) instead of adding one. It lies in the sweep's W&B group with job type ``report``, name
+``<experiment>/report`` and ``run.variant`` = ``report`` in its config (so grouping the group's
+runs by ``run.variant`` puts it apart from the variants). Each report logs:
+
+- ``report/numbers``: one row per variant, one column per number: the variant, each ablation
+  axis's value, ``mean``, ``std``, ``n``, ``s.e.`` (std / sqrt n) of the sweep's metric (in its
+  display units), per paper column the paper's value and ``ours - paper``, ``params``,
+  ``GFLOPs/sample``, ``samples/s`` (training throughput) and ``time/run (s)``;
+- ``report/claims``: one row per claim check with a verdict: the claim (``a > b``), the line it
+  comes from, the difference, its standard error and the verdict (``holds``, ``does not hold``,
+  ``within noise``);
+- ``report/table``: the Markdown report's table as text, and the figures as images;
+- report.md as a file of the run.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from reproductions.sweeping.collect import VariantResults, collect
+from reproductions.sweeping.plan import Plan
+from reproductions.sweeping.tables import paper_value
+
+#: a claim line's verdict (``reproductions.sweeping.claims``): "<a> > <b>? <verdict>"
+_VERDICT = re.compile(r"([^;:]*?)\?\s+(holds|does not hold|within noise(?: \(under 2 s\.e\.\))?|no result)")
+#: a difference as the claim checks write it: "+1.20 points (± 0.30 s.e.)"
+_DIFF = re.compile(r"([+-]\d+(?:\.\d+)?)(?: [^\s(;:]+)?(?: \(± (\d+(?:\.\d+)?) s\.e\.\))?")
+
+
+def _axes(plan: Plan) -> list[str]:
+    return list(dict.fromkeys(k for v in plan.variants for k in v.axes))
+
+
+def _cell(value: Any) -> Any:
+    """A W&B table cell: numbers as numbers, the rest as text (None stays empty)."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return str(value)
+
+
+def numbers_table(plan: Plan, collected: list[VariantResults]) -> tuple[list[str], list[list[Any]]]:
+    """The report as numbers: ``report/numbers``'s columns and rows (see the module docstring)."""
+    sweep, m = plan.sweep, plan.sweep.metric
+    axes = _axes(plan)
+    columns = ["variant", *axes, "mean", "std", "n", "s.e."]
+    for col in sweep.columns:
+        columns += [f"{col.key} mean", f"{col.key} std"]
+    for ref in sweep.references:
+        columns += [f"paper: {ref.label}", f"ours - paper: {ref.label}"]
+    columns += ["params", "GFLOPs/sample", "samples/s", "time/run (s)"]
+    rows = []
+    for vr in collected:
+        stat = vr.metric(plan)
+        se = stat.std / math.sqrt(stat.n) if stat.std is not None and stat.n else None
+        row: list[Any] = [vr.variant.name, *(_cell(vr.variant.axes.get(a)) for a in axes), stat.mean, stat.std, stat.n, se]
+        for col in sweep.columns:
+            extra = vr.column(col)
+            row += [extra.mean, extra.std]
+        for ref in sweep.references:
+            pv = vr.variant.paper.get(ref.key)
+            paper = paper_value(ref, pv.value, m) if pv is not None else None
+            row += [paper, None if paper is None or stat.mean is None else stat.mean - paper]
+        flops = vr.stat("model.flops_per_sample").mean
+        row += [vr.stat("model.params").mean, None if flops is None else flops / 1e9,
+                vr.stat("training.samples_per_sec").mean, vr.stat("training.fit_time_s").mean]
+        rows.append(row)
+    return columns, rows
+
+
+def claims_table(lines: list[str]) -> tuple[list[str], list[list[Any]]]:
+    """The claim checks' lines with a verdict as rows: claim, comparison (the line), difference,
+    standard error, verdict. Lines without a verdict (spreads, headings) are left out."""
+    rows = []
+    for line in lines:
+        found = _VERDICT.search(line)
+        if found is None:
+            continue
+        diffs = _DIFF.findall(line)
+        diff, se = (float(diffs[-1][0]), float(diffs[-1][1]) if diffs[-1][1] else None) if diffs else (None, None)
+        verdict = "within noise" if found.group(2).startswith("within noise") else found.group(2)
+        rows.append([found.group(1).strip(), line.strip(), diff, se, verdict])
+    return ["claim", "comparison", "difference", "s.e.", "verdict"], rows
+
+
+def publish(plan: Plan, report, project: str = "attention-repro") -> str:
+    """Log ``report`` (a ``reproductions.sweeping.report.Report``) as the sweep's report run;
+    returns its W&B run id. Offline unless a key is configured (``tracking.wandb_offline``)."""
+    import wandb
+
+    from reproductions.tracking import init_run, keep_run_id, wandb_offline
+
+    directory = plan.experiment_dir
+    run_id = keep_run_id(directory)
+    step = len(list((directory / "wandb").glob(f"*run-*-{run_id}")))  # one step per report made
+    run = init_run(dict(
+        project=project, id=run_id, resume="allow", group=plan.experiment, name=f"{plan.experiment}/report",
+        job_type="report", tags=list(dict.fromkeys([plan.sweep.axis, plan.profile.name, plan.sweep.id])),
+        dir=str(directory), mode="offline" if wandb_offline() else "online",
+        reinit="finish_previous",  # never hand back a run left open in this process
+        config={"sweep": plan.sweep.id, "profile": plan.profile.name, "seeds": plan.seeds,
+                "metric": plan.sweep.metric.key, "run": {"variant": "report", "experiment": plan.experiment}},
+    ))  # fmt: skip
+    try:
+        columns, rows = numbers_table(plan, collect(plan))
+        claim_columns, claim_rows = claims_table(report.claims)
+        payload: dict[str, Any] = {
+            "report/numbers": wandb.Table(columns=columns, data=rows),
+            "report/claims": wandb.Table(columns=claim_columns, data=claim_rows),
+            "report/table": wandb.Table(columns=report.header, data=report.rows),
+        }
+        for fig in report.figures:
+            payload[f"report/{fig.stem}"] = wandb.Image(str(fig))
+        run.log(payload, step=step)
+        run.summary["report/missing_runs"] = len(report.missing)
+        run.summary["report/finished_runs"] = sum(row[columns.index("n")] or 0 for row in rows)
+        run.save(str(report.path), base_path=str(report.path.parent), policy="now")
+        return run.id
+    finally:
+        run.finish()

@@ -1,0 +1,157 @@
+"""``python -m reproductions sync PATH [--dry-run]``: upload the offline W&B runs under PATH.
+
+    python -m reproductions sync runs/vit/position-cpu            # a sweep: its runs and its report run
+    python -m reproductions sync runs/vit/position-cpu/pos_embed=none/seed0 --dry-run
+
+Finds every offline W&B run under PATH (training runs, their ``test``/``validate`` runs and
+report runs: each ``wandb/offline-run-*`` folder), prints what it will upload and what it skips,
+and hands the rest to W&B's own ``wandb sync`` (one call, every folder named: no shell globbing).
+
+- A run directory is one W&B run: a resumed run has one ``offline-run-*-<id>`` folder per
+  process, all with the same id; ``wandb sync`` replays them in order of their start.
+- Already uploaded: W&B marks an uploaded run file with ``<file>.synced``; such folders are skipped.
+- Replaced: a fit that started over in its directory (``--run.overwrite true``, or a fresh attempt
+  after an unfinished one) took a new id (``wandb/run_id``); the earlier attempt's folders are
+  skipped unless ``--all``.
+
+Uploading needs a W&B key (``wandb login`` or ``WANDB_API_KEY``); ``--dry-run`` does not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from reproductions.errors import RunFailed, UsageError
+from reproductions.tracking import read_run_id
+
+_FOLDER = re.compile(r"^offline-run-(\d{8}_\d{6})-([a-z0-9]+)$")
+
+
+@dataclass
+class OfflineRun:
+    folder: Path  # <dir>/wandb/offline-run-<time>-<id>
+    run_id: str
+    started: str  # yyyymmdd_hhmmss
+    state: str  # "to upload", "uploaded", "replaced", "no run file"
+
+    @property
+    def owner(self) -> Path:
+        """The directory whose W&B run this is (the folder above ``wandb/``)."""
+        return self.folder.parent.parent
+
+
+def _state(folder: Path, run_id: str) -> str:
+    files = sorted(folder.glob("*.wandb"))
+    if not files:
+        return "no run file"
+    if all(Path(f"{f}.synced").exists() for f in files):
+        return "uploaded"
+    kept = read_run_id(folder.parent.parent)
+    if kept is not None and kept != run_id:
+        return "replaced"
+    return "to upload"
+
+
+def find_offline_runs(path: str | os.PathLike) -> list[OfflineRun]:
+    """Every offline W&B run folder under ``path`` (``path`` itself may be one), by owner and start."""
+    root = Path(path)
+    folders = [root] if _FOLDER.match(root.name) else sorted(root.rglob("offline-run-*"))
+    runs = []
+    for folder in folders:
+        m = _FOLDER.match(folder.name)
+        if m is None or not folder.is_dir() or folder.parent.name != "wandb":
+            continue
+        runs.append(OfflineRun(folder, m.group(2), m.group(1), _state(folder, m.group(2))))
+    return sorted(runs, key=lambda r: (str(r.owner), r.started))
+
+
+def _show(run: OfflineRun, base: Path) -> str:
+    try:
+        where = run.owner.relative_to(base)
+    except ValueError:
+        where = run.owner
+    return f"{str(where) if str(where) != '.' else run.owner.name}  {run.run_id}  {run.started}  ({run.folder.name})"
+
+
+def _wandb_command() -> list[str]:
+    exe = Path(sys.executable).with_name("wandb")
+    if exe.is_file():
+        return [str(exe)]
+    found = shutil.which("wandb")
+    return [found] if found else [sys.executable, "-m", "wandb"]
+
+
+def has_key() -> bool:
+    """Whether a W&B key is configured (WANDB_API_KEY or a netrc entry for the W&B host)."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    host = re.sub(r"^https?://", "", os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).split("/")[0].split(":")[0]
+    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
+    try:
+        return host in netrc.read_text()
+    except OSError:
+        return False
+
+
+def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    p = argparse.ArgumentParser(
+        prog="python -m reproductions sync",
+        description="Upload the offline W&B runs under PATH (training, test/validate and report runs) with wandb sync.",
+        allow_abbrev=False,
+    )
+    p.add_argument("path", help="a run directory, a sweep's directory (runs/vit/position-cpu), or runs/")
+    p.add_argument("--dry-run", action="store_true", help="list what would be uploaded; upload nothing")
+    p.add_argument("--all", action="store_true", help="also upload the runs of replaced attempts")
+    p.add_argument("--project", default=None, help="upload into this W&B project instead of the runs' own")
+    p.add_argument("--entity", default=None, help="upload into this W&B entity (team or user)")
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    root = Path(args.path)
+    if not root.exists():
+        raise UsageError(f"{root} does not exist; give a run directory or a sweep's directory (e.g. runs/)")
+    runs = find_offline_runs(root)
+    if not runs:
+        raise UsageError(f"no offline W&B runs under {root} (folders wandb/offline-run-*); runs log to W&B "
+                         "with --run.wandb true (sweep --wandb)")
+    wanted = {"to upload", "replaced"} if args.all else {"to upload"}
+    todo = [r for r in runs if r.state in wanted]
+    skipped = [r for r in runs if r.state not in wanted]
+    ids = {r.run_id for r in todo}
+    verb = "would upload" if args.dry_run else "uploading"
+    print(f"sync {root}: {len(runs)} offline run folder(s); {verb} {len(todo)} ({len(ids)} W&B run(s)), "
+          f"skipping {len(skipped)}", file=out)
+    for r in todo:
+        print(f"  upload  {_show(r, root)}", file=out)
+    for r in skipped:
+        why = {"uploaded": "already uploaded", "replaced": "replaced attempt (--all uploads it)"}.get(r.state, r.state)
+        print(f"  skip    {_show(r, root)}: {why}", file=out)
+    if args.dry_run or not todo:
+        print("nothing to upload" if not todo else "dry run: nothing uploaded", file=out)
+        return 0
+    if not has_key():
+        raise UsageError("no W&B key (WANDB_API_KEY, or wandb login); log in first, or use --dry-run")
+    command = [*_wandb_command(), "sync", "--yes", "--include-synced" if args.all else "--skip-synced"]
+    command += [*(["--project", args.project] if args.project else []), *(["--entity", args.entity] if args.entity else [])]
+    command += [str(r.folder) for r in todo]
+    env = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"}  # an offline default must not stop the upload
+    done = subprocess.run(command, env=env)
+    if done.returncode != 0:
+        raise RunFailed(f"wandb sync exited with status {done.returncode}; see its output above, then rerun "
+                        f"python -m reproductions sync {root}")
+    left = [r for r in find_offline_runs(root) if r.state == "to upload" and r.folder in {t.folder for t in todo}]
+    print(f"uploaded {len(todo) - len(left)} of {len(todo)} folder(s)" + (f"; not marked uploaded: "
+          f"{', '.join(r.folder.name for r in left)} (rerun to retry)" if left else ""), file=out)
+    return 0 if not left else 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
