@@ -1,7 +1,7 @@
 """``python -m reproductions sweep``: run an ablation grid, variant x seed, each in its own run directory.
 
     python -m reproductions sweep vit/position --profile cpu [--seeds N] [--dry-run]
-        [--launcher local|torchrun|slurm] [--devices N] [--jobs J] [--root runs] [--wandb] [--reuse]
+        [--launcher local|torchrun|slurm] [--devices N] [--jobs J] [--root runs] [--wandb [--log-model]] [--reuse]
         [-- extra CLI overrides for every run]
 
 The sweep file (``reproductions/<paper>/sweeps/<name>.yaml``, or any path to a YAML file) is
@@ -32,6 +32,7 @@ import time
 from collections.abc import Sequence
 from typing import TextIO
 
+from reproductions.errors import UsageError
 from reproductions.sweeping.launch import execute, format_duration, last_error, slurm_script, subprocess_runner
 from reproductions.sweeping.plan import LAUNCHERS, check_counts, make_plan
 from reproductions.sweeping.report import write_report
@@ -66,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", default="runs", help="directory of all runs (default runs)")
     p.add_argument("--experiment", default=None, help="experiment name (default <sweep>-<profile>)")
     p.add_argument("--wandb", action="store_true", help="log every run (and the report) to W&B, grouped by sweep")
+    p.add_argument("--log-model", action="store_true",
+                   help="with --wandb: log each run's last and best checkpoint as a W&B model artifact (--run.log_model true)")
     p.add_argument("--project", default=None, help="W&B project (default: the runs' --run.project default)")
     p.add_argument("--sbatch", action="append", default=[], metavar="OPTION",
                    help="an extra #SBATCH line for --launcher slurm, e.g. --sbatch=--partition=gpu (repeatable)")
@@ -92,6 +95,10 @@ def main(argv: Sequence[str] | None = None, *, runner=subprocess_runner, out: Te
     A bad option value raises ``UsageError`` (one ``error:`` line, exit status 2) before any run."""
     out = out or sys.stdout
     args, extra = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.log_model:
+        if not args.wandb:
+            raise UsageError("--log-model logs the checkpoints to W&B; add --wandb")
+        extra = [*extra, "--run.log_model", "true"]
     check_counts(seeds=args.seeds, jobs=args.jobs, devices=args.devices)
     try:
         plan = make_plan(

@@ -1,0 +1,310 @@
+"""W&B end to end, offline: one W&B run per run directory across fit and resume, the run's files
+under its directory, ``sync``, an unreachable server, the report run as data.
+
+The runs are real command lines in subprocesses with ``HOME`` pointed at an empty folder, so
+anything W&B writes outside the run directory shows up there. The offline ``.wandb`` files are
+read back with ``tests.helpers.wandb_records``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from reproductions.sweeping.plan import make_plan
+from reproductions.sweeping.publish import claims_table, numbers_table
+from reproductions.sweeping.collect import collect
+from reproductions.sync import find_offline_runs, main as sync_main
+from reproductions.tracking import RUN_ID_FILE, read_run_id
+from tests.helpers import wandb_records
+from tests.report_helpers import position_sweep, put
+
+REPO = Path(__file__).resolve().parents[1]
+DIGITS = "reproductions/vit/configs/digits.yaml"
+SMALL = [
+    "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
+    "--model.net.init_args.depth", "1", "--model.net.init_args.embed_dim", "32", "--model.net.init_args.num_heads", "2",
+    "--trainer.limit_train_batches", "6", "--trainer.limit_val_batches", "3", "--trainer.limit_test_batches", "3",
+]  # fmt: skip
+
+
+def env_for(tmp_path: Path, **extra: str) -> dict:
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(HOME=str(home), WANDB_MODE="offline", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", OMP_NUM_THREADS="1",
+               NETRC=str(tmp_path / "no-netrc"), PYTHONPATH=str(REPO))  # fmt: skip
+    env.update(extra)
+    return {k: v for k, v in env.items() if v is not None}
+
+
+def repro(tmp_path: Path, *args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "reproductions", *args], cwd=REPO, env=env_for(tmp_path, **env),
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+
+def fit(tmp_path: Path, *extra: str, **env: str) -> subprocess.CompletedProcess:
+    return repro(tmp_path, "fit", "--config", DIGITS, "--run.root", str(tmp_path / "runs"), *SMALL,
+                 "--run.wandb", "true", *extra, **env)  # fmt: skip
+
+
+def last_line(done: subprocess.CompletedProcess) -> str:
+    lines = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+    return lines[-1] if lines else ""
+
+
+def offline_folders(directory: Path) -> list[Path]:
+    return sorted((directory / "wandb").glob("offline-run-*"))
+
+
+def records_of(folder: Path) -> list:
+    return wandb_records(next(folder.glob("run-*.wandb")))
+
+
+def of_kind(records: list, kind: str) -> list:
+    return [getattr(r, kind) for r in records if r.WhichOneof("record_type") == kind]
+
+
+def config_of(records: list) -> dict:
+    """The run config: what wandb.init got (in the run record) and every later update."""
+    updates = [r.config for r in of_kind(records, "run")] + of_kind(records, "config")
+    return {item.key: json.loads(item.value_json) for c in updates for item in c.update}
+
+
+def history_steps(records: list) -> list[int]:
+    return [h.step.num for h in of_kind(records, "history")]
+
+
+RUN = Path("runs/vit/digits/default/seed0")
+
+
+@pytest.mark.slow
+def test_fit_resume_test_and_overwrite_keep_one_run_per_directory_and_its_files_under_it(tmp_path):
+    """fit, then resume from its checkpoint: one W&B id (kept in wandb/run_id), the resumed
+    history going on at later steps; the model artifact's staged files, results.json and
+    config.yaml all under the run directory and nothing of W&B in HOME; the config the resolved
+    tree once (no flat lr/net copy) plus facts; test: its own run linked by group and fit_run_id;
+    --run.overwrite true: a new id, the old folders then skipped by sync as replaced."""
+    run_dir = tmp_path / RUN
+    first = fit(tmp_path, "--trainer.max_epochs", "1", "--run.log_model", "true")
+    assert first.returncode == 0, last_line(first)
+    run_id = read_run_id(run_dir)
+    assert run_id and (run_dir / RUN_ID_FILE).read_text().strip() == run_id
+    resumed = fit(tmp_path, "--trainer.max_epochs", "2", "--ckpt_path", str(run_dir / "checkpoints" / "last.ckpt"))
+    assert resumed.returncode == 0, last_line(resumed)
+    folders = offline_folders(run_dir)
+    assert [f.name.rsplit("-", 1)[1] for f in folders] == [run_id, run_id]
+    before, after = (records_of(f) for f in folders)
+    assert min(history_steps(after)) > max(history_steps(before)) > 0  # the step axis goes on
+
+    # the run's records: config once, facts, files and artifact under the run directory
+    [run] = of_kind(before, "run")
+    assert (run.run_id, run.run_group, run.job_type) == (run_id, "vit/digits", "fit")
+    config = config_of(before)
+    assert {"run", "model", "data", "trainer", "seed_everything", "facts"} <= set(config)
+    assert not {"lr", "net", "batch_size", "_instantiator"} & set(config)  # no flat copy of the module's hparams
+    assert config["facts"]["git_commit"] and config["facts"]["hardware"]["device"] == "cpu"
+    saved = {f.path for files in of_kind(before, "files") for f in files.files}
+    assert {"results.json", "config.yaml", "metrics.csv"} <= saved
+    for name in ("results.json", "config.yaml"):
+        assert (folders[0] / "files" / name).resolve() == (run_dir / name).resolve()
+    [artifact] = of_kind(before, "artifact")
+    staged = [Path(entry.local_path) for entry in artifact.manifest.contents]
+    assert {e.path for e in artifact.manifest.contents} >= {"last.ckpt"}
+    assert all(p.is_file() and p.resolve().is_relative_to(run_dir.resolve()) for p in staged), staged
+    leaked = [p for p in (tmp_path / "home").rglob("*") if "wandb" in str(p).lower()]
+    assert not leaked, leaked
+
+    # test on the run's checkpoint: a run of its own, linked to the fit's
+    tested = repro(tmp_path, "test", "--config", DIGITS, "--run.root", str(tmp_path / "runs"), *SMALL,
+                   "--run.wandb", "true", "--ckpt_path", "last")  # fmt: skip
+    assert tested.returncode == 0, last_line(tested)
+    [test_folder] = offline_folders(run_dir / "test")
+    test_records = records_of(test_folder)
+    [test_run] = of_kind(test_records, "run")
+    assert test_run.run_id != run_id and test_run.run_group == "vit/digits" and test_run.job_type == "test"
+    assert test_run.display_name == "vit/digits/default/seed0/test"
+    assert config_of(test_records)["fit_run_id"] == run_id
+    assert read_run_id(run_dir) == run_id  # testing leaves the fit's id alone
+
+    # overwrite: a new id; sync lists only the current attempt (and the test run)
+    again = fit(tmp_path, "--trainer.max_epochs", "1", "--run.overwrite", "true")
+    assert again.returncode == 0, last_line(again)
+    new_id = read_run_id(run_dir)
+    assert new_id != run_id and offline_folders(run_dir)[-1].name.endswith(new_id)
+    out = io.StringIO()
+    assert sync_main([str(tmp_path / "runs"), "--dry-run"], out=out) == 0
+    shown = out.getvalue()
+    assert f"upload  vit/digits/default/seed0  {new_id}" in shown
+    assert f"upload  vit/digits/default/seed0/test  {test_run.run_id}" in shown
+    assert shown.count(f"skip    vit/digits/default/seed0  {run_id}") == 2 and "replaced attempt" in shown
+
+
+@pytest.mark.slow
+def test_two_ddp_processes_write_one_wandb_run(tmp_path):
+    """Under DDP only global rank 0 logs: one offline run, the id file written once."""
+    done = fit(tmp_path, "--trainer.max_epochs", "1", "--trainer.accelerator", "cpu", "--trainer.devices", "2",
+               "--trainer.strategy", "ddp", "--data.batch_size", "32", "--run.test_after_fit", "false", timeout=600)
+    assert done.returncode == 0, last_line(done)
+    run_dir = tmp_path / RUN
+    [folder] = offline_folders(run_dir)
+    assert folder.name.endswith(read_run_id(run_dir))
+    assert [f.name for f in tmp_path.rglob("offline-run-*")] == [folder.name]
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:  # bound, then closed: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_an_unreachable_server_does_not_hang_the_run(tmp_path):
+    """A key but no server: the run says so in one line after WANDB_INIT_TIMEOUT and goes on
+    offline under the same id; with WANDB_MODE=online it stops with one error line instead."""
+    server = dict(WANDB_API_KEY="f" * 40, WANDB_BASE_URL=f"http://127.0.0.1:{_closed_port()}", WANDB_INIT_TIMEOUT="3",
+                  WANDB_MODE=None)  # fmt: skip
+    start = time.monotonic()
+    done = fit(tmp_path, "--trainer.max_epochs", "1", timeout=240, **server)
+    took = time.monotonic() - start
+    assert done.returncode == 0, last_line(done)
+    text = done.stdout + done.stderr
+    assert "did not start the run within 3 s" in text and "going on offline" in text, text[-2000:]
+    run_dir = tmp_path / RUN
+    [folder] = offline_folders(run_dir)
+    assert folder.name.endswith(read_run_id(run_dir))
+    assert json.loads((run_dir / "results.json").read_text())["status"] == "finished"
+    print(f"unreachable server: fit finished offline in {took:.1f} s")
+
+    online = fit(tmp_path, "--trainer.max_epochs", "1", "--run.overwrite", "true", timeout=240,
+                 **{**server, "WANDB_MODE": "online"})  # fmt: skip
+    assert online.returncode == 1
+    assert last_line(online).startswith("error: W&B server http://127.0.0.1:") and "WANDB_MODE=online" in last_line(online)
+
+
+# --------------------------------------------------------------------------- sync
+
+
+def _fake_run(directory: Path, stamp: str, run_id: str, synced: bool = False) -> Path:
+    folder = directory / "wandb" / f"offline-run-{stamp}-{run_id}"
+    folder.mkdir(parents=True)
+    (folder / f"run-{run_id}.wandb").write_bytes(b":W&B\x00\x00\x00")
+    if synced:
+        (folder / f"run-{run_id}.wandb.synced").touch()
+    return folder
+
+
+def test_sync_dry_run_lists_what_it_would_upload_and_why_it_skips(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    seed0, seed1 = runs / "s-cpu" / "a" / "seed0", runs / "s-cpu" / "a" / "seed1"
+    (seed0 / "wandb").mkdir(parents=True)
+    (seed0 / RUN_ID_FILE).write_text("bbb\n")
+    _fake_run(seed0, "20250101_000000", "aaa")  # an attempt replaced by a fresh fit
+    _fake_run(seed0, "20250102_000000", "bbb")
+    _fake_run(seed0, "20250103_000000", "bbb")  # resumed: the same run
+    _fake_run(seed1, "20250101_000000", "ccc", synced=True)
+    _fake_run(runs / "s-cpu", "20250104_000000", "rep")  # the report run
+    found = {(r.owner.relative_to(runs).as_posix(), r.run_id, r.state) for r in find_offline_runs(runs)}
+    assert found == {("s-cpu/a/seed0", "aaa", "replaced"), ("s-cpu/a/seed0", "bbb", "to upload"),
+                     ("s-cpu/a/seed1", "ccc", "uploaded"), ("s-cpu", "rep", "to upload")}  # fmt: skip
+    out = io.StringIO()
+    assert sync_main([str(runs), "--dry-run"], out=out) == 0
+    text = out.getvalue()
+    assert "would upload 3 (2 W&B run(s)), skipping 2" in text and text.rstrip().endswith("dry run: nothing uploaded")
+    # uploading without a key: one error line before anything is uploaded
+    env = env_for(tmp_path, WANDB_MODE=None)
+    done = subprocess.run([sys.executable, "-m", "reproductions", "sync", str(runs)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 2 and last_line(done).startswith("error: no W&B key")
+    done = subprocess.run([sys.executable, "-m", "reproductions", "sync", str(tmp_path / "nowhere")], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 2 and "does not exist" in last_line(done)
+
+
+@pytest.mark.slow
+def test_sync_dry_run_lists_every_run_of_a_smoke_sweep(tmp_path):
+    done = repro(tmp_path, "sweep", "vit/patch_size", "--profile", "smoke", "--wandb", "--root", str(tmp_path / "runs"),
+                 timeout=900)  # fmt: skip
+    assert done.returncode == 0, last_line(done)
+    plan = make_plan("vit/patch_size", "smoke", root=tmp_path / "runs")
+    listed = repro(tmp_path, "sync", str(plan.experiment_dir), "--dry-run")
+    assert listed.returncode == 0, last_line(listed)
+    for run in plan.runs:
+        run_id = read_run_id(run.run_dir)
+        assert f"upload  {run.run_dir.relative_to(plan.experiment_dir).as_posix()}  {run_id}" in listed.stdout
+    report_id = read_run_id(plan.experiment_dir)
+    assert f"upload  {plan.experiment_dir.name}  {report_id}" in listed.stdout
+    assert f"would upload {len(plan.runs) + 1} ({len(plan.runs) + 1} W&B run(s)), skipping 0" in listed.stdout
+
+
+# --------------------------------------------------------------------------- the report run
+
+
+def test_claims_table_reads_the_claim_lines_verdicts():
+    columns, rows = claims_table([
+        "none: 77.00 ± 1.00; best other, learned: 96.00 ± 1.00: gap +19.00 points (± 0.82 s.e.)",
+        "  relative > none? within noise (under 2 s.e.): +1.00 points (± 1.29 s.e.)",
+        "  learned > none? holds (one seed: no s.e.): +3.00 points",
+        "patch_size 4 -> 2 (side x0.50): GFLOPs/image x3.90, accuracy 80.00 -> 82.00: +2.00 points; "
+        "patch_size 2 > patch_size 4? does not hold",
+    ])  # fmt: skip
+    assert columns == ["claim", "comparison", "difference", "s.e.", "verdict"]
+    assert [r[0] for r in rows] == ["relative > none", "learned > none", "patch_size 2 > patch_size 4"]
+    assert [(r[2], r[3], r[4]) for r in rows] == [(1.0, 1.29, "within noise"), (3.0, None, "holds"),
+                                                  (2.0, None, "does not hold")]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_report_run_is_data_and_reporting_again_continues_it(tmp_path, monkeypatch):
+    """``report --wandb`` twice: one report run (same id, kept in the sweep's directory), in the
+    sweep's group, job type report, run.variant report; its numbers table has one numeric
+    column per number and the axis values as their own column; the claims table has verdicts."""
+    import wandb
+
+    from reproductions.report import main as report_main
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    sweep = position_sweep(tmp_path)
+    root = tmp_path / "runs"
+    for seed, acc in enumerate((0.90, 0.92)):
+        put(root, "pos-smoke", "learned", seed, acc=acc)
+        put(root, "pos-smoke", "none", seed, acc=acc - 0.1)
+    plan = make_plan(sweep, "smoke", root=root)
+    columns, rows = numbers_table(plan, collect(plan))
+    row = dict(zip(columns, next(r for r in rows if r[0] == "learned")))
+    assert row["mean"] == pytest.approx(91.0) and row["std"] == pytest.approx(1.414, abs=1e-3) and row["n"] == 2
+    assert row["s.e."] == pytest.approx(1.0) and row["pos_embed"] == "learned_1d"
+    paper = next(c for c in columns if c.startswith("paper: "))
+    assert isinstance(row[paper], float) and row["ours - " + paper] == pytest.approx(91.0 - row[paper])
+    assert row["params"] == 136138 and row["GFLOPs/sample"] == pytest.approx(4.76e-3) and row["time/run (s)"] == 30.0
+
+    for _ in range(2):
+        assert report_main([str(sweep), "--profile", "smoke", "--root", str(root), "--wandb"]) == 0
+    wandb.teardown()
+    experiment = root / "pos-smoke"
+    run_id = read_run_id(experiment)
+    folders = offline_folders(experiment)
+    assert len(folders) == 2 and all(f.name.endswith(run_id) for f in folders)
+    records = records_of(folders[-1])
+    [run] = of_kind(records, "run")
+    assert (run.run_group, run.job_type, run.display_name) == ("pos-smoke", "report", "pos-smoke/report")
+    assert config_of(records)["run"]["variant"] == "report"
+    assert history_steps(records) == [1] and history_steps(records_of(folders[0])) == [0]
+    logged: dict[str, dict] = {}
+    for h in of_kind(records, "history"):
+        for item in h.item:
+            if len(item.nested_key) == 2:
+                logged.setdefault(item.nested_key[0], {})[item.nested_key[1]] = json.loads(item.value_json)
+    numbers = json.loads((folders[-1] / "files" / logged["report/numbers"]["path"]).read_text())
+    assert numbers["columns"] == columns and len(numbers["data"]) == len(rows)
+    assert [r[columns.index("mean")] for r in numbers["data"]] == [r[columns.index("mean")] for r in rows]
+    claims = json.loads((folders[-1] / "files" / logged["report/claims"]["path"]).read_text())
+    assert claims["columns"] == ["claim", "comparison", "difference", "s.e.", "verdict"] and claims["data"]
