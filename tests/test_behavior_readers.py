@@ -3,6 +3,9 @@ and the errors that name the file, the line and the format, or the missing files
 
 from __future__ import annotations
 
+import codecs
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -13,6 +16,7 @@ from datamodules.behavior.readers import (
     read_amazon_electronics,
     read_movielens_1m,
     read_movielens_csv,
+    open_text,
     read_user_behavior,
     text_encoding,
 )
@@ -149,6 +153,44 @@ def test_movielens_csv_wrong_header_is_line_1(tmp_path, name):
         folder = write_movielens_csv(tmp_path / f"ml-{len(wrong)}", **{name.removesuffix(".csv"): wrong})
         with pytest.raises(MalformedLineError, match=rf"{name}, line 1: malformed line \(the header is not {header}\)"):
             read_movielens_csv(folder)
+
+
+def _with_bom(folder: Path, names: tuple[str, ...], encoding: str) -> Path:
+    """``folder``'s files re-encoded in ``encoding``, each starting with a UTF-8 byte-order mark."""
+    for name in names:
+        path = folder / name
+        path.write_bytes(codecs.BOM_UTF8 + path.read_bytes().decode("latin-1" if name == "movies.dat" else "utf-8")
+                         .encode(encoding))  # fmt: skip
+    return folder
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "latin-1"])
+@pytest.mark.parametrize(
+    ("read", "write", "names"),
+    [
+        (read_movielens_1m, write_movielens, ("ratings.dat", "users.dat", "movies.dat")),
+        (read_movielens_csv, write_movielens_csv, ("ratings.csv", "movies.csv", "tags.csv")),
+    ],
+    ids=["ml-1m ::", "csv"],
+)
+def test_a_byte_order_mark_is_dropped_the_same_way_in_both_movielens_formats(tmp_path, read, write, names, encoding):
+    """A UTF-8 byte-order mark before the first line (an editor or export tool adds one) reads like no mark, in the
+    :: files as in the CSV ones, whether the rest is UTF-8 or latin-1 (a mark before bytes that are not UTF-8)."""
+    plain = write(tmp_path / "plain")
+    marked = _with_bom(write(tmp_path / "marked"), names, encoding)
+    assert all((marked / name).read_bytes().startswith(codecs.BOM_UTF8) for name in names)
+    if encoding == "latin-1":  # "é" in latin-1: the files with titles are not UTF-8 behind their mark
+        title_file = "movies.dat" if "movies.dat" in names else "movies.csv"
+        with pytest.raises(UnicodeDecodeError):
+            (marked / title_file).read_bytes().decode("utf-8")
+    a, b = read(plain), read(marked)
+    assert a["counts"] == b["counts"]
+    for key in ("user", "item", "category", "time", "rating", "item_category", "user_features"):
+        if a.get(key) is not None:
+            np.testing.assert_array_equal(a[key], b[key])
+    for name in names:
+        with open_text(marked / name) as f:
+            assert f.read(1).isalnum()  # the first field's first character, not the mark's
 
 
 # ------------------------------------------------------------------------------ Taobao

@@ -1,7 +1,7 @@
 """Readers of the real sources' raw files, with errors that name the file, the line and the format.
 
 - :func:`read_movielens_1m`: ``ratings.dat``, ``users.dat``, ``movies.dat`` (``::``-separated,
-  latin-1); ids mapped to 1..n.
+  latin-1, or UTF-8); ids mapped to 1..n.
 - :func:`read_movielens_csv`: the MovieLens CSV family (ml-latest-small, ml-latest, ml-20m,
   ml-25m, ml-32m): ``ratings.csv``, ``movies.csv`` and the optional ``tags.csv``, with headers,
   UTF-8 (latin-1 when a file does not decode as UTF-8); no profile. Ids mapped to 1..n as for
@@ -14,6 +14,9 @@
 Each source's files and where to download them are a :class:`RawFiles`; a missing folder or
 file raises :class:`DatasetMissingError` (with the download address), a line that does not match
 the documented format (``FORMATS``) raises :class:`MalformedLineError` (``path, line N``).
+
+Both MovieLens formats open their files the same way (:func:`open_text`): UTF-8 if the whole file
+decodes as UTF-8, else latin-1, and a UTF-8 byte-order mark at the start is dropped in either case.
 """
 
 from __future__ import annotations
@@ -27,15 +30,16 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
 from models.ctr import PAD
 
 FORMATS = {
-    "ratings.dat": "UserID::MovieID::Rating::Timestamp (integers, latin-1)",
-    "users.dat": "UserID::Gender::Age::Occupation::Zip-code (latin-1)",
-    "movies.dat": "MovieID::Title::Genres with Genres separated by '|' (latin-1)",
+    "ratings.dat": "UserID::MovieID::Rating::Timestamp (integers, latin-1 or UTF-8)",
+    "users.dat": "UserID::Gender::Age::Occupation::Zip-code (latin-1 or UTF-8)",
+    "movies.dat": "MovieID::Title::Genres with Genres separated by '|' (latin-1 or UTF-8)",
     "ratings.csv": "the header userId,movieId,rating,timestamp, then integers except rating, a number in 0.5 steps "
                    "from 0.5 to 5 (UTF-8 or latin-1)",
     "movies.csv": "the header movieId,title,genres, then CSV rows (a title with a comma in double quotes), "
@@ -124,10 +128,11 @@ AMAZON_ELECTRONICS_FILES = RawFiles(
 )
 
 
-def _split_lines(path: Path, sep: str, n_fields: int, encoding: str = "latin-1"):
-    """Yield (lineno, fields) of a separator-delimited file; blank lines are skipped."""
+def _split_lines(path: Path, sep: str, n_fields: int, encoding: str | None = None):
+    """Yield (lineno, fields) of a separator-delimited file; blank lines are skipped. ``encoding``
+    None: :func:`text_encoding`'s (latin-1 for ml-1m's files, which are not all valid UTF-8)."""
     expected = FORMATS[path.name] if path.name in FORMATS else f"{n_fields} fields separated by {sep!r}"
-    with open(path, encoding=encoding, newline="") as f:
+    with open_text(path, encoding) as f:
         for lineno, line in enumerate(f, 1):
             text = line.rstrip("\r\n")
             if not text.strip():
@@ -277,6 +282,23 @@ def text_encoding(path: Path, block: int = 1 << 24) -> str:
     return "utf-8-sig"
 
 
+def open_text(path: Path, encoding: str | None = None) -> IO[str]:
+    """``path`` opened as text for reading (``newline=""``, for csv) in ``encoding`` (None:
+    :func:`text_encoding`'s), positioned after a UTF-8 byte-order mark if the file starts with one:
+    ``utf-8-sig`` drops it itself; in latin-1 (a mark before bytes that are not UTF-8) it would be
+    the three characters 'ï»¿' glued to the first field."""
+    encoding = encoding or text_encoding(path)
+    f = open(path, encoding=encoding, newline="")
+    if codecs.lookup(encoding).name != "utf-8-sig":
+        try:
+            mark = codecs.BOM_UTF8.decode(encoding)
+        except UnicodeDecodeError:  # an encoding that cannot hold the mark: there is none to drop
+            return f
+        if f.read(len(mark)) != mark:
+            f.seek(0)
+    return f
+
+
 def _csv_rows(path: Path, header: tuple[str, ...], check: Callable[[list[str]], object] | None = None,
               encoding: str | None = None) -> Iterator[tuple[int, list[str]]]:
     """Yield (line number, fields) of each row after ``header``; blank lines are skipped.
@@ -287,7 +309,7 @@ def _csv_rows(path: Path, header: tuple[str, ...], check: Callable[[list[str]], 
     spanning lines). ``encoding`` None: :func:`text_encoding`'s.
     """
     expected = FORMATS[path.name]
-    with open(path, encoding=encoding or text_encoding(path), newline="") as f:
+    with open_text(path, encoding) as f:
         reader = csv.reader(f)
         first = next(reader, None)
         if first is None or tuple(x.strip() for x in first) != header:
