@@ -13,6 +13,9 @@ if it is new or changed (all cores, progress bar), decodes what it will hold in 
 directory. Run it where the source is readable (a login node, a machine with network and a hub token); a
 training job then opens the prepared data in seconds, with no network and no token, from the same cache
 (``--data.cache_dir`` or ``HF_DATASETS_CACHE``) or from a copy (``--data.prepared <directory>``).
+Before any work ``prepare`` checks that the cache directory can be written (if not: one ``error:`` line naming it,
+exit 2) and removes the temporary directories of earlier preparations whose process no longer runs on this host
+(killed outright), one line each; ``info`` lists every such temporary directory with its owner.
 Errors (an undecodable file, a gated dataset without a token, no network) are printed in one line; exit 1.
 """
 
@@ -26,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from reproductions.errors import ReproError, UsageError
 
 DATA_CLASS = "datamodules.images.ImageDataModule"
 
@@ -72,15 +77,36 @@ def data_settings(config: str | None, source: str | None, extra: list[str]) -> d
     return settings
 
 
+def _cache(settings: dict[str, Any]) -> tuple[Path, str]:
+    """The cache root of ``settings`` and what chose it (for the message when it cannot be written)."""
+    import os
+
+    from datamodules.images.cache import cache_root
+
+    root = cache_root(settings.get("cache_dir"))
+    if settings.get("cache_dir"):
+        return root, "(from --data.cache_dir)"
+    return root, "(from HF_DATASETS_CACHE)" if os.environ.get("HF_DATASETS_CACHE") else "(the datasets default)"
+
+
 def prepare(settings: dict[str, Any], as_json: bool) -> dict[str, Any]:
     from datamodules.images import ImageDataModule, open_prepared
+    from datamodules.images.workspace import CacheNotWritableError, check_writable, remove_stale
 
     start = time.perf_counter()
     dm = ImageDataModule(**settings)
+    root, origin = _cache(settings)
+    try:
+        if settings.get("prepared") is None:  # a prepared directory given directly: the cache is not written
+            check_writable(root, origin)
+    except CacheNotWritableError as err:
+        raise UsageError(str(err)) from None
+    removed = remove_stale(root, say=lambda line: print(line, flush=True))
     data = dm.prepare(refresh=True)
     seconds = time.perf_counter() - start
     out: dict[str, Any] = {"source": dm.source, "origin": data.origin, "seconds": round(seconds, 1),
-                           "in_memory": dm.in_memory, "prepared": dm.prepared_path}  # fmt: skip
+                           "in_memory": dm.in_memory, "prepared": dm.prepared_path,
+                           "removed_leftovers": [r.as_dict() for r in removed]}  # fmt: skip
     if dm.prepared_path:
         out.update(describe(open_prepared(dm.prepared_path)))
     else:
@@ -99,7 +125,7 @@ def prepare(settings: dict[str, Any], as_json: bool) -> dict[str, Any]:
 
 def describe(prepared) -> dict[str, Any]:
     """What ``data info`` shows of one prepared dataset."""
-    from datamodules.images.prepared import directory_bytes
+    from datamodules.images.workspace import directory_bytes
 
     manifest = prepared.manifest
     splits = {name: s["rows"] for name, s in manifest["splits"].items()}
@@ -115,7 +141,7 @@ def describe(prepared) -> dict[str, Any]:
 
 
 def _summary(d: dict[str, Any]) -> str:
-    from datamodules.images.prepared import human_bytes
+    from datamodules.images.workspace import human_bytes
 
     splits = ", ".join(f"{k} {v:,}" for k, v in d["splits"].items())
     size = human_bytes(d["bytes"])
@@ -130,6 +156,7 @@ def _summary(d: dict[str, Any]) -> str:
 def info(settings: dict[str, Any], as_json: bool) -> dict[str, Any]:
     from datamodules.images.cache import cache_root
     from datamodules.images.prepared import list_prepared, prepared_root, read_index
+    from datamodules.images.workspace import find_leftovers
 
     root = cache_root(settings.get("cache_dir"))
     out: dict[str, Any] = {"cache_root": str(root), "prepared_root": str(prepared_root(root))}
@@ -139,8 +166,10 @@ def info(settings: dict[str, Any], as_json: bool) -> dict[str, Any]:
     arrays = sorted(d for d in (root / "attention-repro").glob("*-*") if (d / "dataset_dict.json").is_file())
     out["arrays"] = [{"path": str(d), "bytes": sum(p.stat().st_size for p in d.rglob("*") if p.is_file())}
                      for d in arrays]  # fmt: skip
+    leftovers = find_leftovers(root)
+    out["leftovers"] = [left.as_dict() for left in leftovers]
     if not as_json:
-        from datamodules.images.prepared import human_bytes
+        from datamodules.images.workspace import human_bytes
 
         print(f"prepared datasets under {out['prepared_root']}:")
         for d in out["datasets"]:
@@ -150,6 +179,10 @@ def info(settings: dict[str, Any], as_json: bool) -> dict[str, Any]:
             print("  (none)")
         for d in out["arrays"]:
             print(f"  {Path(d['path']).name}  [uint8 arrays]  {human_bytes(d['bytes'])}")
+        if leftovers:
+            print("temporary directories of preparations (interrupted, or still running):")
+            for left in leftovers:
+                print(f"  {left.line()}")
         if "status" in out:
             print(out["status"]["line"])
     return out
@@ -182,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = data_settings(args.config, args.source, extra)
         result = (prepare if args.command == "prepare" else info)(settings, args.json)
+    except ReproError:  # a usage error we name ourselves: the one `error:` line, exit 2
+        raise
     except (OSError, ValueError, ImportError) as err:  # undecodable files, gated or unreachable hub, bad settings
         print(f"data {args.command}: {type(err).__name__}: {err}", file=sys.stderr)
         return 1

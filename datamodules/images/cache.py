@@ -16,7 +16,7 @@ from pathlib import Path
 
 import datasets
 
-from utils.atomic import atomic_directory
+from datamodules.images.workspace import owned_directory
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,6 @@ def cached_arrays(
     final = root / CACHE_SUBDIR / f"{name}-{files_key(key_files)}"
     if not final.is_dir():
         log.info("converting %s into the datasets cache %s", name, final)
-        with atomic_directory(final) as tmp:
+        with owned_directory(final) as tmp:
             build().save_to_disk(str(tmp))
     return datasets.load_from_disk(str(final))

@@ -29,11 +29,11 @@ from torchvision.transforms.v2 import functional as TF
 from datamodules.images import arrow
 from datamodules.images.arrow import array_column, label_column
 from datamodules.images.decode import GRAYSCALE_MODES, channels, decode_bytes, image_bytes
-from datamodules.images.prepared import Prepared, default_workers, human_bytes, run_tasks
+from datamodules.images.prepared import Prepared, default_workers, run_tasks
 from datamodules.images.sources import SourceData
 from datamodules.images.splits import STATS_STREAM, channel_stats, split_rng
 from datamodules.images.torch_datasets import InMemoryImages, LazyImages
-from utils.atomic import atomic_directory
+from datamodules.images.workspace import human_bytes, owned_directory
 
 InMemory = Literal["auto", True, False]
 """``auto`` (in memory where it fits), ``true`` or ``false`` (decoded per sample in the loader workers)."""
@@ -229,7 +229,7 @@ def decoded_arrays(prepared: Prepared, data: SourceData, mode: str, shape: tuple
             features = arrow.image_features(shape, datasets.Value("int64"))
             table = arrow.array_table(images, label_column(d, data.label_column), features)
             splits[name] = datasets.Dataset(table)
-        with atomic_directory(final, complete=lambda p: (p / "dataset_dict.json").is_file()) as tmp:
+        with owned_directory(final, complete=lambda p: (p / "dataset_dict.json").is_file()) as tmp:
             datasets.DatasetDict(splits).save_to_disk(str(tmp))
     loaded = datasets.load_from_disk(str(final))
     return {name: loaded[name] for name in names}

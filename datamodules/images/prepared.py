@@ -21,8 +21,9 @@ Preparing walks the folder once (``listing.walk``), then a process pool (all cor
 verifies (``decode.verify_image``) and writes the files in shards of about ``SHARD_BYTES``, with a progress bar
 (rate, ETA). A file that cannot be decoded fails the preparation with one line naming it, unless
 ``skip_bad_images``: then it is left out, counted and listed in the manifest. Everything is written into a
-temporary sibling and renamed at the end (``utils.atomic.atomic_directory``): a failed or interrupted
-preparation leaves no prepared dataset behind.
+temporary sibling and renamed at the end (``workspace.owned_directory``): a failed or interrupted
+preparation leaves no prepared dataset behind, and a killed one a temporary directory that records its owner, so
+the next ``data prepare`` removes it once that process is gone (``workspace.remove_stale``).
 
 Why Arrow files of encoded bytes, not ``litdata``: ``datasets`` is already the data layer (hub datasets arrive as
 these very Arrow files, so a hub dataset is prepared without a copy), the files are memory-mapped and random
@@ -58,7 +59,8 @@ import pyarrow as pa
 
 from datamodules.images.decode import BadImageError, image_bytes, verify_image
 from datamodules.images.listing import FolderListing, stamp_matches, walk
-from utils.atomic import atomic_directory, atomic_write_json
+from datamodules.images.workspace import human_bytes, owned_directory
+from utils.atomic import atomic_write_json
 
 log = logging.getLogger(__name__)
 
@@ -376,7 +378,7 @@ def prepare_folder(listing: FolderListing, cache_root: Path, *, workers: int | N
     workers = workers or default_workers()
     start = time.perf_counter()
     total = listing.count()
-    with atomic_directory(final, complete=lambda p: (p / MANIFEST).is_file()) as tmp:
+    with owned_directory(final, complete=lambda p: (p / MANIFEST).is_file()) as tmp:
         tasks, owners = [], []
         for split, files in listing.files.items():
             (tmp / split).mkdir()
@@ -412,7 +414,7 @@ def prepare_folder(listing: FolderListing, cache_root: Path, *, workers: int | N
         }  # fmt: skip
         atomic_write_json(tmp / MANIFEST, manifest)
     print(f"[data] prepared {total - len(bad):,} images of {listing.root} in {time.perf_counter() - start:.1f} s "
-          f"into {final} ({_human(sum(s['bytes'] for s in splits.values()))})", flush=True)  # fmt: skip
+          f"into {final} ({human_bytes(sum(s['bytes'] for s in splits.values()))})", flush=True)  # fmt: skip
     return open_prepared(final)
 
 
@@ -507,7 +509,7 @@ def prepare_hub(name: str, dd: datasets.DatasetDict, splits: dict[str, str], ima
         return prepared
     workers = workers or default_workers()
     start = time.perf_counter()
-    with atomic_directory(final, complete=lambda p: (p / MANIFEST).is_file()) as tmp:
+    with owned_directory(final, complete=lambda p: (p / MANIFEST).is_file()) as tmp:
         for ours, theirs in splits.items():
             if files[ours] is None:  # in memory: copy it into the prepared directory
                 dd[theirs].save_to_disk(str(tmp / ours))
@@ -597,22 +599,3 @@ def is_prepared_hub(name: str, cache_root: Path, identity_extra: str = "") -> bo
         return False
     path = prepared_root(cache_root) / entry["prepared"]
     return (path / MANIFEST).is_file() and not open_prepared(path).missing_files()
-
-
-# ------------------------------------------------------------------------------------------------ helpers
-
-
-def _human(n: float) -> str:
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1000
-    return f"{n} B"  # pragma: no cover
-
-
-def directory_bytes(path: Path) -> int:
-    """Bytes of the files under ``path`` (for ``data info``; not used on the training path)."""
-    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
-
-
-human_bytes = _human
