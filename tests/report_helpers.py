@@ -22,10 +22,11 @@ def write_sweep(path: Path, **spec) -> Path:
     return path
 
 
-def result(variant: str, seed: int, acc: float, *, params=136138, flops=4.76e6, train_flops=7.3e11,
+def result(variant: str, seed: int, acc: float, *, experiment=None, params=136138, flops=4.76e6, train_flops=7.3e11,
            fit_time=30.0, speed=150.0) -> dict:  # fmt: skip
+    """A finished run's results; ``experiment`` None: not recorded (as in results.json files of old)."""
     return {
-        "status": "finished", "experiment": "x", "variant": variant, "seed": seed,
+        "status": "finished", "experiment": experiment, "variant": variant, "seed": seed,
         "test": {"test/acc": acc, "test/loss": 0.5}, "test_ckpt": "final",
         "model": {"params": params, "flops_per_sample": flops},
         "training": {"epochs": 40, "steps": 800, "global_batch_size": 64, "total_train_flops": train_flops,
@@ -35,8 +36,20 @@ def result(variant: str, seed: int, acc: float, *, params=136138, flops=4.76e6, 
     }  # fmt: skip
 
 
+def bst_result(seed: int = 0) -> dict:
+    """A finished results.json of another paper's sweep (BST, CTR metrics, its own FLOPs)."""
+    return {
+        "status": "finished", "experiment": "bst/position-smoke", "variant": "position=index", "seed": seed,
+        "test": {"test/auc": 0.5403, "test/gauc": 0.5131, "test/logloss": 0.6975}, "test_ckpt": "final",
+        "model": {"module": "CTRModule", "net": "BST", "params": 64793, "flops_per_sample": 579232},
+        "training": {"epochs": 1, "steps": 2, "global_batch_size": 256, "total_train_flops": 8.9e8,
+                     "devices": 1, "precision": "32-true", "fit_time_s": 0.4, "samples_per_sec": 9000.0},
+    }  # fmt: skip
+
+
 def put(root: Path, experiment: str, variant: str, seed: int, **kw) -> None:
-    atomic_write_json(root / experiment / variant / f"seed{seed}" / RESULTS_FILE, result(variant, seed, **kw))
+    atomic_write_json(root / experiment / variant / f"seed{seed}" / RESULTS_FILE,
+                      result(variant, seed, experiment=experiment, **kw))
 
 
 def position_sweep(tmp_path: Path) -> Path:

@@ -10,6 +10,8 @@ import os
 import platform
 import re
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,7 @@ from reproductions.sweeping.collect import collect
 from reproductions.sweeping.report import REPORT_FILE, write_report
 from reproductions.sweeping.spec import SweepError
 from reproductions.sweeping.tables import table
-from tests.report_helpers import PNG, position_sweep, put, result, write_sweep
+from tests.report_helpers import PNG, REPO, bst_result, position_sweep, put, result, write_sweep
 
 
 def test_report_table_from_hand_made_results(tmp_path, capsys):
@@ -318,3 +320,40 @@ def test_two_profiles_side_by_side_with_each_profiles_claim_marks(tmp_path, caps
     assert report_main([str(sweep), "--profile", "small", "--profile", "other", "--root", str(root)]) == 2
     assert report_main([str(sweep), "--profile", "small", "--profile", "large", "--root", str(tmp_path / "empty")]) == 1
     assert "run the sweeps first" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_foreign_results_json_is_flagged_and_left_out_of_the_table_means_and_ratios(tmp_path):
+    """A BST run's results.json copied into a ViT sweep's tree: the report (real command line)
+    names its directory and why in a warning line and under the missing runs, and the table, the
+    means and the compute ratio are those of the sweep's own runs; the exit status stays 0."""
+    root = tmp_path / "runs"
+    patch = write_sweep(
+        tmp_path / "patch.yaml", axis="patch_size",
+        aliases={"patch_size": "model.net.init_args.patch_size"}, product={"patch_size": [4, 2]},
+        report={"plot": "accuracy_vs_flops", "check": "halving", "param": "patch_size"},
+    )  # fmt: skip
+    for seed in range(3):
+        put(root, "patch-smoke", "patch_size=4", seed, acc=0.80 + 0.01 * seed, flops=1e6, train_flops=1e12)
+        put(root, "patch-smoke", "patch_size=2", seed, acc=0.85 + 0.01 * seed, flops=4e6, train_flops=4e12)
+    foreign = root / "patch-smoke" / "patch_size=4" / "seed3"
+    atomic_write_json(foreign / RESULTS_FILE, bst_result())
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
+    cmd = [sys.executable, "-m", "reproductions", "report", str(patch), "--profile", "smoke", "--root", str(root)]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    warnings = [line for line in proc.stdout.splitlines() if line.startswith("warning: ")]
+    assert warnings == [
+        f"warning: {foreign}: results.json does not belong to this sweep's run (its experiment is 'bst/position-smoke', "
+        "not 'patch-smoke'; its variant is 'position=index', not 'patch_size=4'; its seed is 0, not 3; it has no "
+        "test/acc (the sweep's metric)): left out of the table, the means and the ratios; move it to its own run "
+        "directory or delete it"
+    ]
+    md = (root / "patch-smoke" / REPORT_FILE).read_text()
+    rows = {line.split(" | ")[0].strip("| "): line for line in md.splitlines() if line.startswith("| ")}
+    assert rows["patch_size=4"] == "| patch_size=4 | 81.00 ± 1.00 | 3 | 136k | 0.001 | 1 TFLOP | 150 ± 0 | 30.0 s |"
+    assert "GFLOPs/image x4.00, accuracy 81.00 ± 1.00 -> 86.00 ± 1.00" in md  # the ratio of the ViT runs only
+    assert "6 finished runs over 2 variants" in md
+    missing = md[md.index("## Missing or failed runs"):]
+    assert "- `patch_size=4` seed 3: results.json does not belong to this sweep's run (its experiment is" in missing
+    assert f"(`{foreign}`)" in missing

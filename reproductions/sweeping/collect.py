@@ -4,7 +4,11 @@
 ``collect(plan)`` gives one ``VariantResults`` per planned variant (finished results of the
 planned seeds plus any other finished ``seed<k>`` found on disk; the planned seeds without a
 result, with the reason: not run, running now (a live lock), or failed or unfinished and the
-last error of its log).
+last error of its log). A finished ``results.json`` that is not this run's (``foreign``: its
+``experiment``, ``variant`` or ``seed`` name another run, as when a run directory of another
+sweep was copied in, or it lacks the sweep's metric) is left out of the results (so of the
+table, the means, the claim checks and the figures) and listed with the reason in ``rejected``
+and ``missing``.
 ``Stat``/``mean_std`` are the mean and sample standard deviation the report shows.
 """
 
@@ -47,6 +51,7 @@ class VariantResults:
     variant: Variant
     results: list[dict] = field(default_factory=list)  # finished runs, by seed
     missing: list[tuple[int, str]] = field(default_factory=list)  # planned seeds without a result
+    rejected: list[tuple[int, str]] = field(default_factory=list)  # seeds whose results.json is not theirs
 
     def values(self, path: str) -> list[float]:
         out = []
@@ -93,10 +98,30 @@ def running(run_dir: Path) -> dict | None:
     return holder if holder and not is_stale(holder) else None
 
 
+def foreign(results: dict, plan: Plan, variant: Variant, seed: int) -> str | None:
+    """Why a finished ``results.json`` found at ``<experiment>/<variant>/seed<seed>`` does not
+    belong there, or None: its ``experiment``, ``variant`` or ``seed`` name another run (a file
+    copied in from another sweep), or it has no value of the sweep's metric. A name the file does
+    not record is not held against it (the sweep's reuse copies rename theirs)."""
+    wrong = [
+        f"its {key} is {have!r}, not {want!r}"
+        for key, want in (("experiment", plan.experiment), ("variant", variant.name), ("seed", seed))
+        if (have := results.get(key)) is not None and have != want
+    ]  # fmt: skip
+    key = plan.sweep.metric.key
+    value = metric_value(results, key)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        wrong.append(f"it has no {key} (the sweep's metric)")
+    elif not math.isfinite(value):
+        wrong.append(f"its {key} (the sweep's metric) is {value}")
+    return "; ".join(wrong) or None
+
+
 def collect(plan: Plan) -> list[VariantResults]:
     """Finished results per variant (planned seeds and any other finished seed on disk) and
     the planned runs without one, with the reason (not run / running now / failed or unfinished +
-    last log line)."""
+    last log line); a results.json that is not the run's (``foreign``) goes to ``rejected`` and
+    ``missing`` instead of the results, whether its seed was planned or not."""
     out = []
     for variant in plan.variants:
         vdir = plan.experiment_dir / variant.name
@@ -107,7 +132,13 @@ def collect(plan: Plan) -> list[VariantResults]:
         for seed in sorted(seeds):
             run_dir = vdir / f"seed{seed}"
             res = read_results(run_dir)
-            if res is not None:
+            why_not = foreign(res, plan, variant, seed) if res is not None else None
+            if why_not is not None:
+                why = (f"{RESULTS_FILE} does not belong to this sweep's run ({why_not}): left out of the table, "
+                       "the means and the ratios; move it to its own run directory or delete it")
+                vr.rejected.append((seed, why))
+                vr.missing.append((seed, why))
+            elif res is not None:
                 vr.results.append(res)
             elif seed in plan.seeds:
                 if not run_dir.exists():

@@ -12,7 +12,9 @@ that directory:
   training FLOPs, training images/s, training time per run), the numbers the claims are about
   (``report.check``, ``reproductions.sweeping.claims``), the figure, and every planned run that
   is missing or failed (never dropped silently: a variant without results stays in the table
-  with n = 0);
+  with n = 0), and every run left out because its ``results.json`` is not its own (another
+  experiment's, variant's or seed's, or without the sweep's metric: ``collect.foreign``), which
+  the terminal also shows as a ``warning:`` line per run directory;
 - ``<axis>.png``: the sweep file's ``report.plot`` (``reproductions.sweeping.figures``).
 
 More report options (``report:`` in the sweep file): ``unit`` (what one input is called in the
@@ -63,6 +65,12 @@ class Report:
     missing: list[str]
     markdown: str
     claims: list[str] = field(default_factory=list)  # the report.check summary lines
+    warnings: list[str] = field(default_factory=list)  # one per run left out: its results.json is not its own
+
+
+def rejected_warnings(plan: Plan, collected: list[VariantResults]) -> list[str]:
+    """One line per run directory whose finished results.json was left out (``collect.foreign``)."""
+    return [f"{plan.experiment_dir / vr.variant.name / f'seed{seed}'}: {why}" for vr in collected for seed, why in vr.rejected]
 
 
 def _first(collected: list[VariantResults]) -> dict | None:
@@ -146,7 +154,8 @@ def build_report(plan: Plan, collected: list[VariantResults], figures: list[Path
     lines += [f"- {m}" for m in missing] if missing else ["None: every planned run finished."]
     lines.append("")
     text = "\n".join(lines)
-    return Report(plan.experiment_dir / REPORT_FILE, figures, header, rows, missing, text, claims)
+    return Report(plan.experiment_dir / REPORT_FILE, figures, header, rows, missing, text, claims,
+                  rejected_warnings(plan, collected))
 
 
 def _data_text(data: dict) -> str:
@@ -204,6 +213,8 @@ def render(plan: Plan, figure_dir: str | os.PathLike | None = None) -> Report:
 def print_report(report: Report, title: str, out: TextIO) -> None:
     """The terminal's view of a written report: table, claim lines, missing runs, where it lies."""
     print(f"\n{title}", file=out)
+    for line in report.warnings:
+        print(f"warning: {line}", file=out)
     print(text_table(report.header, report.rows), file=out)
     for line in report.claims:
         print(f"  {line}", file=out)
@@ -290,7 +301,8 @@ def build_comparison(plans: list[Plan], collected: list[list[VariantResults]]) -
     lines += ["## Missing or failed runs", ""]
     lines += [f"- {x}" for x in missing] if missing else ["None: every planned run finished."]
     lines.append("")
-    return Report(comparison_dir(plans) / REPORT_FILE, [], header, rows, missing, "\n".join(lines), claims)
+    warnings = [w for plan, col in zip(plans, collected) for w in rejected_warnings(plan, col)]
+    return Report(comparison_dir(plans) / REPORT_FILE, [], header, rows, missing, "\n".join(lines), claims, warnings)
 
 
 def write_comparison(plans: list[Plan], *, out: TextIO | None = None) -> Report:
