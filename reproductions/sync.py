@@ -102,6 +102,31 @@ def has_key() -> bool:
         return False
 
 
+def server() -> str:
+    """The W&B server ``wandb sync`` would upload to (WANDB_BASE_URL, ``wandb login --host``, or the cloud)."""
+    try:
+        from wandb.sdk import wandb_setup
+
+        return str(wandb_setup.singleton().settings.base_url)
+    except Exception:  # noqa: BLE001 - W&B's own default
+        return os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")
+
+
+def reachable(url: str, timeout: float = 10.0) -> str | None:
+    """None if ``url`` answers (any HTTP status), else why not: ``wandb sync`` itself would retry
+    an unreachable server for minutes."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(url, timeout=timeout).close()
+    except urllib.error.HTTPError:
+        return None  # it answered
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        return str(getattr(e, "reason", e))
+    return None
+
+
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     p = argparse.ArgumentParser(
@@ -139,6 +164,11 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         return 0
     if not has_key():
         raise UsageError("no W&B key (WANDB_API_KEY, or wandb login); log in first, or use --dry-run")
+    url = server()
+    why = reachable(url)
+    if why is not None:
+        raise RunFailed(f"W&B server {url} is not reachable ({why}); nothing uploaded: check the network or "
+                        "WANDB_BASE_URL, then rerun")
     command = [*_wandb_command(), "sync", "--yes", "--include-synced" if args.all else "--skip-synced"]
     command += [*(["--project", args.project] if args.project else []), *(["--entity", args.entity] if args.entity else [])]
     command += [str(r.folder) for r in todo]

@@ -175,7 +175,8 @@ def _logger_class():
                 if self._id_dir is not None:
                     self._wandb_init["id"] = keep_run_id(self._id_dir, fresh=self._fresh)
                     self._fresh = False
-                self._experiment = init_run(dict(self._wandb_init))
+                init = {k: v for k, v in self._wandb_init.items() if not (k == "anonymous" and v is None)}
+                self._experiment = init_run(init)  # (W&B warns about an "anonymous" it no longer uses)
                 self._id = self._experiment.id
                 self._experiment.define_metric("trainer/global_step")
                 self._experiment.define_metric("*", step_metric="trainer/global_step", step_sync=True)

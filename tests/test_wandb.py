@@ -224,6 +224,12 @@ def test_sync_dry_run_lists_what_it_would_upload_and_why_it_skips(tmp_path, caps
     done = subprocess.run([sys.executable, "-m", "reproductions", "sync", str(runs)], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 2 and last_line(done).startswith("error: no W&B key")
+    # a key but no server: one error line at once (wandb sync itself would retry for minutes)
+    env_key = env_for(tmp_path, WANDB_MODE=None, WANDB_API_KEY="f" * 40, WANDB_BASE_URL=f"http://127.0.0.1:{_closed_port()}")
+    done = subprocess.run([sys.executable, "-m", "reproductions", "sync", str(runs)], cwd=REPO, env=env_key,
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 1 and "is not reachable" in last_line(done) and "nothing uploaded" in last_line(done)
+    assert not list(runs.rglob("*.synced"))[1:]  # only the one marked before
     done = subprocess.run([sys.executable, "-m", "reproductions", "sync", str(tmp_path / "nowhere")], cwd=REPO,
                           env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 2 and "does not exist" in last_line(done)
