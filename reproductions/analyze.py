@@ -220,7 +220,12 @@ def load_timm(
         if not file.is_file():
             raise AnalyzeError(f"--weights {weights!r}: no such file")
         # timm's loader: filters the state dict (e.g. original .npz, resized position tables)
-        net = timm.create_model(name, pretrained=True, pretrained_cfg_overlay={"file": str(file)}, **kwargs)
+        try:
+            net = timm.create_model(name, pretrained=True, pretrained_cfg_overlay={"file": str(file)}, **kwargs)
+        except Exception as e:  # noqa: BLE001 - not a weights file, or another model's: any failure of the load
+            text = " ".join(str(e).split())[:200] or type(e).__name__
+            raise AnalyzeError(f"--weights {weights!r} could not be loaded as {name!r} weights ({type(e).__name__}: "
+                               f"{text}); give a .safetensors, .pth or .npz file of this model") from e
     elif pretrained:
         from datamodules.images.hub import offline_mode
 

@@ -68,6 +68,8 @@ from lightning_modules.checkpoint_io import load_checkpoint as load_user_checkpo
 from lightning_modules.csv_logger import ResumableCSVLogger
 from reproductions.errors import RunFailed, RunInterrupted, UsageError, config_message, exception_chain, one_line
 from reproductions.errors import parser_error
+from reproductions.model_check import model_differences, refusal
+from reproductions.rendezvous import bound_rendezvous, check_launch, exit_on_signal
 from reproductions.results import RESULTS_FILE, environment, git_at_end, git_state, write_results
 from reproductions.rundir import RunDirLock, check_root, finished_results, stale_checkpoints
 from reproductions.tracking import log_checkpoints, log_results, log_status, read_run_id, run_facts, run_logger
@@ -104,6 +106,8 @@ class RunOptions:
             (``--ckpt_path <run dir>/checkpoints/last.ckpt``) needs no overwrite.
         nonfinite_patience: training steps in a row with a NaN or infinite loss tolerated before
             the run stops as failed (0: stop at the first).
+        rendezvous_timeout: seconds a multi-process run waits for all its processes to join at the
+            start (DDP, FSDP, several nodes) before it fails naming who is missing.
     """
 
     root: str = "runs"
@@ -118,6 +122,7 @@ class RunOptions:
     test_ckpt: Literal["final", "best"] = "final"
     overwrite: bool = False
     nonfinite_patience: int = 0
+    rendezvous_timeout: float = 60.0
 
 
 def experiment_name(config_paths: list) -> str:
@@ -322,11 +327,15 @@ class ReproductionCLI(LightningCLI):
         self._take_model_hparams(subcommand, ckpt_path, checkpoint)
 
     def _take_model_hparams(self, subcommand: str, ckpt_path, checkpoint: dict) -> None:
-        """The model's hyper-parameters from the checkpoint over the config's (Lightning's rule)."""
+        """The model's hyper-parameters from the checkpoint: a config that sets any of them differently is
+        refused (reproductions/model_check.py); what it leaves unset is taken from the checkpoint."""
         hparams = dict(checkpoint.get("hyper_parameters") or {})
         hparams.pop("_instantiator", None)
         if not hparams:
             return
+        differences = model_differences(self.config[subcommand].get("model"), hparams, subcommand)
+        if differences:
+            raise UsageError(refusal(differences, ckpt_path, subcommand))
         if "_class_path" in hparams:
             hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
         try:
@@ -344,6 +353,9 @@ class ReproductionCLI(LightningCLI):
         self.run_dir = Path(run.root) / self.experiment / run.variant / f"seed{self.seed}"
         self.log_dir = self.run_dir if self.subcommand == "fit" else self.run_dir / self.subcommand
         check_root(run.root, self.log_dir)
+        if not run.rendezvous_timeout > 0:
+            raise UsageError(f"--run.rendezvous_timeout={run.rendezvous_timeout} must be > 0 (seconds a multi-process "
+                             "run waits for all its processes at the start)")
         if run.nonfinite_patience < 0:
             raise UsageError(f"--run.nonfinite_patience={run.nonfinite_patience} must be >= 0 (steps with a NaN/inf "
                              "loss tolerated in a row; 0 stops at the first)")
@@ -545,10 +557,16 @@ class ReproductionCLI(LightningCLI):
 
     def _run_subcommand(self, subcommand: str) -> None:
         self._check_batch_divides()
+        check_launch(self.trainer)
         rank_zero = is_rank_zero()
         lock = RunDirLock(self.log_dir, self.command(), say=lambda m: print(m, file=sys.stderr, flush=True))
         if rank_zero:
             lock.acquire()
+        launcher = getattr(self.trainer.strategy, "launcher", None)
+        bound_rendezvous(self.trainer.strategy, self._run_options().rendezvous_timeout,
+                         on_signal=lambda signum: exit_on_signal(signum, release=lock.release,
+                                                                 children=getattr(launcher, "procs", ()),
+                                                                 say=rank_zero))
         try:
             if subcommand == "fit" and rank_zero and not self.trainer.fast_dev_run:
                 self._prepare_fit_dir()  # a smoke test (fast_dev_run) writes nothing there: no rules

@@ -205,11 +205,61 @@ def parser_message(message: str, options: Iterable[str] = ()) -> str:
     return message.splitlines()[0] if message else "invalid arguments"
 
 
+_NOT_ACCEPTED = re.compile(r"Option '(?P<option>[^']+)' is not accepted")
+_CLASS_PATH = re.compile(r"Problem with given class_path '(?P<path>[^']+)'")
+_NESTED_ARG = re.compile(r"NestedArg\(key='(?P<key>[^']*)'")
+
+
+def _init_arguments(class_path: str) -> list[str]:
+    """The keyword arguments a class takes (for "did you mean"), or [] if it cannot be imported."""
+    import importlib
+    import inspect
+
+    module, _, name = class_path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+        return [p for p in inspect.signature(cls).parameters if p not in ("self", "args", "kwargs")]
+    except Exception:  # noqa: BLE001 - a suggestion is optional
+        return []
+
+
+def _unknown_option(chain: list[BaseException]) -> str | None:
+    """``--model.init_args.net.init_args.patchsize`` (a key no class takes) as one line naming the key,
+    the class and the closest argument it does take; None if the chain holds no such error."""
+    texts = [str(e) for e in chain]
+    found = next(((t, m) for t in texts for m in [_NOT_ACCEPTED.search(t)] if m), None)
+    if found is None:
+        return None
+    option = found[1].group("option")
+    longest = max(texts, key=len)
+    at = longest.find(f"Option '{option}' is not accepted")
+    classes = [m.group("path") for m in _CLASS_PATH.finditer(longest[: at if at >= 0 else len(longest)])]
+    class_path = classes[-1] if classes else None
+    parser_key = next((m.group("key") for t in texts for m in [_PARSER_KEY.match(t)] if m), None)
+    nested = next((m.group("key") for t in texts for m in [_NESTED_ARG.search(t)] if m), None)
+    if parser_key and nested:
+        key = f"{parser_key}.{nested}"
+        if ".init_args." not in f".{nested}" and nested.count(".") == 0:
+            key = f"{parser_key}.init_args.{nested}"
+    elif parser_key:
+        key = f"{parser_key}.{option}"
+    else:
+        key = option
+    where = f"not an argument of {class_path}" if class_path else "not an option"
+    close = difflib.get_close_matches(option, _init_arguments(class_path), n=1, cutoff=0.6) if class_path else []
+    hint = f"did you mean {close[0]}? " if close else ""
+    return f"--{key} is {where}; {hint}see --help for the arguments it takes"
+
+
 def parser_error(exc: BaseException, options: Iterable[str] = ()) -> str:
     """A jsonargparse parse error as one line: for a value nested in classes (``--model.init_args.
     net.init_args.pool max2``) the full key, the value and what is allowed, from the innermost
-    error of the chain; otherwise ``parser_message`` of the outermost text."""
+    error of the chain; a key no class takes, named with the closest one it does; otherwise
+    ``parser_message`` of the outermost text."""
     chain = exception_chain(exc)
+    unknown = _unknown_option(chain)
+    if unknown is not None:
+        return unknown
     keys: list[str] = []
     for e in chain:
         m = _PARSER_KEY.match(str(e))
