@@ -7,7 +7,9 @@ instead: those with ``step < k``, where ``k`` is the checkpoint's logging step (
 stepped the optimiser, ``checkpoint_io.checkpoint_step``). The resumed run logs from step ``k``
 on, so nothing is duplicated: rows that the first attempt logged after its checkpoint (and that
 the resumed run logs again) are dropped. The kept rows are rewritten atomically before the first
-new row is appended. Without ``resume_step`` it behaves as Lightning's (a fresh file).
+new row is appended. Without ``resume_step`` it starts a fresh file, as Lightning's does, but warns
+only when there is an earlier ``metrics.csv`` to delete (Lightning warns that "previous log files
+will be deleted" whenever the directory holds any file: the run lock, the saved config).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Optional
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 from lightning.pytorch.loggers.logger import rank_zero_experiment
+from lightning.pytorch.utilities import rank_zero_warn
 
 from utils.atomic import atomic_write_text
 
@@ -48,8 +51,11 @@ class _ResumingWriter(ExperimentWriter):
 
     def _check_log_dir_exists(self) -> None:
         path = self.metrics_file_path
-        if self._resume_step is None or not os.path.isfile(path):
-            super()._check_log_dir_exists()
+        if not os.path.isfile(path):
+            return  # nothing would be deleted: no warning (Lightning warns whenever the directory holds any file)
+        if self._resume_step is None:
+            rank_zero_warn(f"{path} of an earlier attempt is replaced: this run starts afresh in {self.log_dir}")
+            os.remove(path)
             return
         header, rows = kept_rows(path, self._resume_step)
         buffer = io.StringIO()

@@ -214,6 +214,11 @@ def copy_run(finished: Path, tmp_path: Path) -> tuple[Path, Path]:
         ("BST seq_len 0", [BST, f"{NET}seq_len", "0"], ["seq_len=0"]),
         ("BST heads 7 for width 64", [BST, f"{NET}num_heads", "7"], ["num_heads=7 does not divide", "64"]),
         ("unknown key", [DIGITS, "--trainer.max_epochz", "3"], ["--trainer.max_epochz", "--trainer.max_epochs"]),
+        ("misspelt net key", [DIGITS, "--model.net.init_args.patchsize", "4"],
+         ["--model.net.init_args.patchsize is not an argument of models.vit.ViT", "did you mean patch_size?"]),
+        ("misspelt data key", [DIGITS, "--data.batchsize", "64"],
+         ["--data.init_args.batchsize is not an argument of datamodules.images.ImageDataModule",
+          "did you mean batch_size?"]),
         ("not an int", [DIGITS, "--trainer.max_epochs", "three"], ["--trainer.max_epochs=three", "integer"]),
         ("not a choice", [DIGITS, "--run.test_ckpt", "middle"], ["middle", "'final', 'best'"]),
         ("missing --config file", ["no/such/experiment.yaml"], ["no/such/experiment.yaml", "no such file"]),
@@ -233,10 +238,12 @@ def test_usage_errors_end_in_one_line_before_any_data_is_loaded(case, args, need
 
 def test_text_file_as_checkpoint_and_run_root_under_a_file(tmp_path, capfd, monkeypatch):
     text = tmp_path / "notes.txt"
+    for first in ("hello", "a b", "total", "shape"):  # a pickle reader fails on these in different ways
+        text.write_text(f"{first}, not a checkpoint\n" * 10)
+        result = repro_here("fit", "--config", DIGITS, "--run.root", str(tmp_path / "runs"), "--ckpt_path", str(text),
+                            case="text file as --ckpt_path", capfd=capfd, monkeypatch=monkeypatch)
+        usage_error(result, "--ckpt_path", "notes.txt", "not a checkpoint")
     text.write_text("hello, not a checkpoint\n" * 10)
-    result = repro_here("fit", "--config", DIGITS, "--run.root", str(tmp_path / "runs"), "--ckpt_path", str(text),
-                        case="text file as --ckpt_path", capfd=capfd, monkeypatch=monkeypatch)
-    usage_error(result, "--ckpt_path", "notes.txt", "not a")
     result = repro_here("fit", "--config", DIGITS, "--run.root", str(text / "runs"), case="run root under a file",
                         capfd=capfd, monkeypatch=monkeypatch)
     usage_error(result, "notes.txt", "is a file, not a directory")
