@@ -39,6 +39,11 @@ class TrainingClock(Callback):
     training time and samples so far, the current epoch's part included) is saved in every
     checkpoint (``state_dict``) and restored on resume, so ``fit_time_s`` and the throughput
     cover every segment of the run. The first batch of every segment is not timed.
+
+    ``samples_seen`` counts every training sample the job processed, each batch as it came (a
+    partial last batch as its size, not the configured batch size), summed over the processes
+    (under DDP the distributed sampler pads the last round with repeated samples: they count,
+    as the model saw them). It goes on across resumes like the other totals.
     """
 
     def __init__(self) -> None:
@@ -53,6 +58,7 @@ class TrainingClock(Callback):
         self._segment_started = False
         self._epoch_time = 0.0
         self._epoch_samples = 0
+        self.samples_seen: int | None = 0  # None: resumed from a checkpoint that did not count them
 
     @property
     def started(self) -> bool:
@@ -84,6 +90,8 @@ class TrainingClock(Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         now = time.perf_counter()
+        if self.samples_seen is not None:
+            self.samples_seen += _batch_size(batch) * trainer.world_size
         if self._last is not None and self._segment_started:
             n = _batch_size(batch) * trainer.world_size
             self._epoch_time += now - self._last
@@ -107,6 +115,7 @@ class TrainingClock(Callback):
             "samples": self.samples + self._epoch_samples,
             "steps_timed": self.steps_timed,
             "segments": self.segments,
+            "samples_seen": self.samples_seen,
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -115,6 +124,8 @@ class TrainingClock(Callback):
         self.samples = int(state_dict.get("samples", 0))
         self.steps_timed = int(state_dict.get("steps_timed", 0))
         self.segments = int(state_dict.get("segments", 0))
+        seen = state_dict.get("samples_seen")
+        self.samples_seen = None if seen is None else int(seen)
 
     @property
     def samples_per_sec(self) -> float | None:

@@ -732,9 +732,7 @@ class ReproductionCLI(LightningCLI):
         flops = getattr(model, "flops_per_sample", None)
         clock = self.clock.summary()
         global_batch = getattr(data, "batch_size", None)
-        samples_seen = None
-        if global_batch is not None:
-            samples_seen = int(trainer.global_step * global_batch * trainer.accumulate_grad_batches)
+        samples_seen = self.clock.samples_seen  # counted batch by batch (a partial batch as its size)
         return {
             "status": "finished",
             "experiment": self.experiment,
