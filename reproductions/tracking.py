@@ -121,6 +121,10 @@ def init_run(init: dict[str, Any], *, say=None):
             raise
         where = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")
         why = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        try:  # the service still holds the run that did not start (and prints its farewell now, not last)
+            wandb.teardown()
+        except Exception:  # noqa: BLE001
+            pass
         if online_only():
             raise RunFailed(f"W&B server {where} did not start the run within {settings.init_timeout:g} s ({why}); "
                             "WANDB_MODE=online asks for online only: check the server and key, or unset WANDB_MODE "
@@ -128,10 +132,6 @@ def init_run(init: dict[str, Any], *, say=None):
         say(f"W&B: server {where} did not start the run within {settings.init_timeout:g} s ({why}); going on "
             f"offline under {Path(init['dir']) / 'wandb'}; upload later: python -m reproductions sync "
             f"{init['dir']}")
-        try:  # the service still holds the run that did not start: a fresh service for the offline one
-            wandb.teardown()
-        except Exception:  # noqa: BLE001
-            pass
         return wandb.init(**{**init, "mode": "offline"}, settings=settings)
 
 
