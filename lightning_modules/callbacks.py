@@ -1,4 +1,4 @@
-"""Callbacks every run uses: training clock/throughput, per-epoch reseeding for exact resume, a stop
+"""Callbacks every run uses: training clock/throughput, per-step reseeding for exact resume, a stop
 at the first non-finite loss, and a checkpoint when a signal stops training."""
 
 from __future__ import annotations
@@ -140,34 +140,72 @@ class TrainingClock(Callback):
         }
 
 
-def epoch_seed(seed: int, epoch: int, rank: int) -> int:
-    """A seed that depends only on (run seed, epoch, process rank)."""
-    return (seed * 1_000_003 + epoch * 10_007 + rank) % (2**31 - 1)
+def step_seed(seed: int, epoch: int, batch_idx: int, rank: int) -> int:
+    """A 64-bit seed that depends only on (run seed, epoch, batch index in the epoch, process rank),
+    mixed by numpy's ``SeedSequence`` so that neighbouring steps and ranks draw unrelated streams."""
+    entropy = [int(seed) & 0xFFFF_FFFF_FFFF_FFFF, int(epoch), int(batch_idx), int(rank)]
+    return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0])
 
 
-class EpochReseed(Callback):
-    """Reseed torch, numpy and random at the first training step of every epoch.
+class ExactResume(Callback):
+    """What makes a resumed run the uninterrupted one, also from a checkpoint taken mid-epoch.
 
-    The random draws of training (dropout, stochastic depth, augmentation in the main process)
-    then depend only on (seed, epoch, rank), not on what ran before. A run resumed from a
-    checkpoint taken at an epoch end therefore continues with the same random stream as an
-    uninterrupted run, even though the restart itself (sanity checks, loader construction)
-    consumed random numbers. The shuffling order comes from the sampler, seeded per epoch.
+    - Random states: torch, numpy and random are reseeded at every training step from (seed,
+      epoch, batch index, rank). The draws of a step (dropout, stochastic depth, anything
+      ``training_step`` samples) then depend only on where the step is, not on what ran before:
+      a run resumed from a checkpoint taken at an epoch end or in the middle of an epoch (a
+      signal, a step-based checkpoint) draws at every later step what an uninterrupted run
+      draws, although the restart itself (loading, sanity checks, loader construction) consumed
+      random numbers. The checkpoint restores them by restoring the step (Lightning continues
+      ``batch_idx`` in the resumed epoch); each process has its own stream (``rank``).
+    - Data position: a training loader with ``state_dict`` / ``load_state_dict`` (the
+      ``ResumableLoader`` of ``datamodules.sampler``) has its position saved by Lightning in
+      every checkpoint. Lightning gives it back only to a loader it creates after restoring the
+      checkpoint; a module that asks for ``trainer.estimated_stepping_batches`` while it
+      configures its optimisers (a warm-up given as a fraction of training) makes the loader
+      earlier. This callback gives the saved positions to the training loaders when training
+      starts, before their first batch, either way (loading twice is harmless).
+
+    The augmentation is seeded per batch by the datasets; the order is the sampler's.
     """
 
     def __init__(self, seed: int) -> None:
         self.seed = int(seed)
+        self._loader_states: list[dict[str, Any]] = []
+
+    def on_load_checkpoint(self, trainer: Trainer, pl_module: LightningModule, checkpoint: dict[str, Any]) -> None:
+        fit_loop = (checkpoint.get("loops") or {}).get("fit_loop") or {}
+        self._loader_states = list((fit_loop.get("state_dict") or {}).get("combined_loader") or [])
+
+    def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        states, self._loader_states = self._loader_states, []
+        if not states:
+            return
+        stateful = [dl for dl in _flatten(trainer.train_dataloader) if hasattr(dl, "load_state_dict")]
+        if len(stateful) != len(states):
+            raise RuntimeError(
+                f"the checkpoint holds the positions of {len(states)} training loader(s) but this run has "
+                f"{len(stateful)} that can take one: resume with the data settings the checkpoint was trained with"
+            )
+        for loader, state in zip(stateful, states):
+            loader.load_state_dict(state)
 
     def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch, batch_idx: int) -> None:
-        # At the first step of the epoch rather than at epoch start: Lightning creates the
-        # loader iterator (which draws a base seed from the global generator) at different
-        # moments in a fresh and in a resumed epoch.
-        if batch_idx != 0:
-            return
-        s = epoch_seed(self.seed, trainer.current_epoch, trainer.global_rank)
+        # At the step, after the batch was fetched: Lightning creates the loader iterator (which draws a
+        # base seed from the global generator) at different moments in a fresh and in a resumed run.
+        s = step_seed(self.seed, trainer.current_epoch, batch_idx, trainer.global_rank)
         random.seed(s)
-        np.random.seed(s)
+        np.random.seed(s & 0xFFFF_FFFF)
         torch.manual_seed(s)
+
+
+def _flatten(loaders: Any) -> list[Any]:
+    """The loaders of ``trainer.train_dataloader`` (one loader, or a list/tuple/dict of them), in order."""
+    if isinstance(loaders, dict):
+        return [dl for value in loaders.values() for dl in _flatten(value)]
+    if isinstance(loaders, (list, tuple)):
+        return [dl for value in loaders for dl in _flatten(value)]
+    return [] if loaders is None else [loaders]
 
 
 class NonFiniteLossError(FloatingPointError):

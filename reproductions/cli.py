@@ -58,8 +58,8 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from lightning_modules.callbacks import (
     CheckpointOnSignal,
+    ExactResume,
     NonFiniteLossError,
-    EpochReseed,
     StopOnNonFiniteLoss,
     TrainingClock,
 )
@@ -458,7 +458,7 @@ class ReproductionCLI(LightningCLI):
         self.clock = TrainingClock()
         run = self._run_options()
         self.on_signal = CheckpointOnSignal(self.run_dir / "checkpoints" / "last.ckpt")
-        callbacks += [self.clock, EpochReseed(self.seed), StopOnNonFiniteLoss(run.nonfinite_patience)]
+        callbacks += [self.clock, ExactResume(self.seed), StopOnNonFiniteLoss(run.nonfinite_patience)]
         monitor, mode = getattr(self.model, "monitor", ("val/loss", "min"))
         if self.subcommand == "fit":
             callbacks.append(self.on_signal)

@@ -23,6 +23,9 @@ Batches and devices
 ``target_item`` (B,), ``target_category`` (B,), ``hist_items`` / ``hist_categories`` /
 ``hist_positions`` (B, L) long, ``hist_mask`` (B, L) bool, ``label`` (B,) float. After
 ``setup`` (or on first access) ``feature_sizes`` gives what the nets need.
+The training order is a function of (seed, epoch) alone, split across the processes by
+``datamodules.sampler``, whose loader carries its position in the checkpoint: a run resumed in the
+middle of an epoch serves the rest of that epoch's batches, as an uninterrupted run would.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ from models.choices import check_annotated_choices
 from datamodules.behavior.samples import HistoryKind, PadSide, PositionScheme, bucketize_time_delta
 from datamodules.behavior.sources import Source, SourceName, get_source
 from datamodules.behavior.splits import SPLITS, SplitName, SplitRuleName, split_summary
+from datamodules.sampler import ResumableLoader, ResumableSampler, run_seed
 from models.ctr import PAD, PAD_BUCKET, ZERO_DELTA_BUCKET
 
 #: batch keys and the stored column each comes from (``hist_mask`` is hist_items != 0)
@@ -259,16 +263,18 @@ class BehaviorDataModule(LightningDataModule):
         if split not in self._tensors:
             raise RuntimeError("call setup() before asking for a DataLoader")
         workers = self.hparams.num_workers
-        return DataLoader(
-            self._tensors[split],
-            batch_size=self.per_device_batch_size if train else self.per_device_eval_batch_size,
-            shuffle=train,
-            drop_last=train and len(self._tensors[split]) > self.per_device_batch_size,
-            num_workers=workers,
-            persistent_workers=workers > 0,
-            pin_memory=self.hparams.pin_memory,
-            collate_fn=_pass_through,
-        )
+        dataset = self._tensors[split]
+        options = dict(num_workers=workers, persistent_workers=workers > 0, pin_memory=self.hparams.pin_memory,
+                       collate_fn=_pass_through)  # fmt: skip
+        if not train:
+            return DataLoader(dataset, batch_size=self.per_device_eval_batch_size, shuffle=False, **options)
+        # the order a function of (seed, epoch), split across processes, resumable mid-epoch
+        trainer = self.trainer
+        world_size = trainer.world_size if trainer is not None else 1
+        rank = getattr(trainer, "global_rank", 0) if trainer is not None else 0
+        sampler = ResumableSampler(dataset, seed=run_seed(), num_replicas=world_size, rank=rank)
+        return ResumableLoader(dataset, batch_size=self.per_device_batch_size, sampler=sampler,
+                               drop_last=len(dataset) > self.per_device_batch_size, **options)  # fmt: skip
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", train=True)

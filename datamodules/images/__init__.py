@@ -29,8 +29,6 @@ Data path, one module per stage:
   resize + centre-crop evaluation);
 - ``torch_datasets``: what the loaders index: whole batches at once (``__getitems__``) in memory, conversion
   to float and normalisation batched;
-- ``sampler``: training order a function of (Lightning global seed, epoch) only, so a run resumed at an
-  epoch boundary sees the same order as an uninterrupted one;
 - ``module``: ``ImageDataModule``, from the settings to the loaders.
 """
 
@@ -39,7 +37,6 @@ from datamodules.images.decode import DECODERS, IMAGE_MODES, BadImageError, Imag
 from datamodules.images.hub import HubDatasetUnavailableError
 from datamodules.images.module import ImageDataModule
 from datamodules.images.prepared import Prepared, list_prepared, open_prepared
-from datamodules.images.sampler import SeededRandomSampler
 from datamodules.images.sources import FASHION_MNIST_DEBIAN_DIR, SOURCES, GatedDatasetError, Source, resolve_source
 from datamodules.images.splits import balanced_subset, channel_stats, stratified_split
 from datamodules.images.torch_datasets import InMemoryImages, LazyImages
@@ -61,7 +58,6 @@ __all__ = [
     "InMemoryImages",
     "LazyImages",
     "Prepared",
-    "SeededRandomSampler",
     "Source",
     "balanced_subset",
     "build_augment",

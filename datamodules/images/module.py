@@ -4,7 +4,8 @@
 datasets as memory-mapped Arrow files of encoded images; ``cache``: digits and Fashion-MNIST as uint8 arrays),
 and decodes what is held in memory (``pools``); ``setup`` opens them (warm: seconds, whatever the number of
 images), builds the splits (``splits``), the normalisation, the augmentation (``augment``, ``transforms``) and
-the torch datasets (``torch_datasets``); the loaders shuffle with ``SeededRandomSampler`` (``sampler``).
+the torch datasets (``torch_datasets``); the training loader shuffles with ``datamodules.sampler`` (resumable
+mid-epoch).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from datamodules.images.cache import cache_root
 from datamodules.images.decode import Decoder, ImageMode
 from datamodules.images.pools import InMemory, Pools, load_pools
 from datamodules.images.prepared import open_prepared
-from datamodules.images.sampler import SeededRandomSampler, run_seed
 from datamodules.images.sources import ReadOptions, SourceData, from_prepared, resolve_source
 from datamodules.images.splits import split_rows
 from datamodules.images.transforms import (
@@ -31,6 +31,7 @@ from datamodules.images.transforms import (
     random_erasing,
     timm_policy,
 )
+from datamodules.sampler import ResumableLoader, ResumableSampler, run_seed
 
 Interpolation = Literal["bilinear", "bicubic"]
 
@@ -267,8 +268,10 @@ class ImageDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         dataset = self._require("train_dataset")
-        sampler = SeededRandomSampler(dataset, seed=run_seed())
-        return DataLoader(
+        trainer = getattr(self, "trainer", None)
+        rank = int(trainer.global_rank) if trainer is not None else 0
+        sampler = ResumableSampler(dataset, seed=run_seed(), num_replicas=self.world_size, rank=rank)
+        return ResumableLoader(
             dataset,
             batch_size=self.per_device_batch_size,
             sampler=sampler,

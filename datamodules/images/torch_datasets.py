@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import Dataset
 
 from datamodules.images.decode import decode_bytes, image_bytes
-from datamodules.images.sampler import run_seed
+from datamodules.sampler import run_seed
 
 Mix = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
