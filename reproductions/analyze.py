@@ -1,6 +1,6 @@
 """Attention analyses of a trained checkpoint or a timm ViT (ViT paper Fig. 6, 7 and 11).
 
-    python -m reproductions analyze distance|rollout|posemb|filters
+    repro analyze distance|rollout|posemb|filters
         (--ckpt PATH | --timm NAME [--weights FILE | --pretrained] [--img-size N])
         [--data-source digits|fashion_mnist|cifar10|cifar100|folder|owner/name] [--data-dir DIR]
         [--split val|test] [--num-images 128] [--out DIR] [--class-token drop|zero]
@@ -470,7 +470,7 @@ def run_filters(target: Target, out: Path, *, num_components: int = DEFAULT_NUM_
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m reproductions analyze",
+        prog="repro analyze",
         description="Attention analyses of a checkpoint or a timm ViT: mean attention distance (Fig. 11), "
         "rollout (Fig. 6), position-embedding similarity and patch-filter PCA (Fig. 7).",
         allow_abbrev=False,

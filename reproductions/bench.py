@@ -1,18 +1,18 @@
 """Benchmarks that print ratios against a reference measured in the same process.
 
-    python -m reproductions bench trainer   # Lightning fit vs a plain PyTorch loop, same model and batches
-    python -m reproductions bench vit       # ViT step per position embedding vs timm; cost vs tokens and batch; GFLOP/s
-    python -m reproductions bench hybrid    # HybridViT and ResNet (config shapes): channels_last vs contiguous, GFLOP/s
-    python -m reproductions bench data      # image and behaviour DataModules: batches/s vs the model's steps/s (>= 2x)
-    python -m reproductions bench bst       # BST vs an nn.TransformerEncoder BST (>= 1.0x) by length and blocks; AUC/GAUC
-    python -m reproductions bench gpu       # ViT-B/16 and BST in bf16 on one GPU: images/s and MFU (exit 2 without CUDA)
+    repro bench trainer   # Lightning fit vs a plain PyTorch loop, same model and batches
+    repro bench vit       # ViT step per position embedding vs timm; cost vs tokens and batch; GFLOP/s
+    repro bench hybrid    # HybridViT and ResNet (config shapes): channels_last vs contiguous, GFLOP/s
+    repro bench data      # image and behaviour DataModules: batches/s vs the model's steps/s (>= 2x)
+    repro bench bst       # BST vs an nn.TransformerEncoder BST (>= 1.0x) by length and blocks; AUC/GAUC
+    repro bench gpu       # ViT-B/16 and BST in bf16 on one GPU: images/s and MFU (exit 2 without CUDA)
 
 Every comparison runs in one process on the same inputs, alternating the candidates over
 ``--rounds`` so that machine noise hits all of them; results are ratios of medians. Each prints
 its tables (Markdown) and PASS/FAIL lines, and writes JSON (``--out``, default
 ``bench_results/<name>.json``). ``--steps``, ``--batch-size`` and ``--rounds`` have small CPU
 defaults (about 1-2 minutes each on 2 cores); ``--threads 1`` is steadier on a shared CPU.
-``python -m reproductions bench <name> --help`` describes each. The code lives in
+``repro bench <name> --help`` describes each. The code lives in
 ``reproductions/benchmarks/`` (``common.py``: timing, alternation, memory, FLOPs, tables).
 """
 
@@ -29,7 +29,7 @@ from reproductions.benchmarks import NAMES, load
 def build_parser() -> argparse.ArgumentParser:
     from reproductions.benchmarks.common import add_out_arg
 
-    parser = argparse.ArgumentParser(prog="python -m reproductions bench", description=__doc__,
+    parser = argparse.ArgumentParser(prog="repro bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="which", required=True, metavar="{" + ",".join(NAMES) + "}")
     for name in NAMES:

@@ -1,11 +1,11 @@
-"""``python -m reproductions data prepare|info``: prepare image data ahead of time, and show what is prepared.
+"""``repro data prepare|info``: prepare image data ahead of time, and show what is prepared.
 
-    python -m reproductions data prepare --config reproductions/vit/configs/imagenet_vit_b16.yaml \\
+    repro data prepare --config reproductions/vit/configs/imagenet_vit_b16.yaml \\
         --data.data_dir /data/imagenet                      # the config's data, with the same overrides as fit
-    python -m reproductions data prepare --source folder --data.data_dir ~/data/my-images
-    python -m reproductions data prepare --source imagenet  # the hub's ILSVRC/imagenet-1k (needs a token)
-    python -m reproductions data info                       # every prepared dataset: where, size, splits
-    python -m reproductions data info --source folder --data.data_dir ~/data/my-images   # this one's status
+    repro data prepare --source folder --data.data_dir ~/data/my-images
+    repro data prepare --source imagenet  # the hub's ILSVRC/imagenet-1k (needs a token)
+    repro data info                       # every prepared dataset: where, size, splits
+    repro data info --source folder --data.data_dir ~/data/my-images   # this one's status
 
 ``prepare`` builds the config's ``ImageDataModule`` (``--data.KEY VALUE`` overrides its settings, as for
 ``fit``), walks and fingerprints the source (always: a file rewritten in place is noticed here), prepares it
@@ -36,7 +36,7 @@ DATA_CLASS = "datamodules.images.ImageDataModule"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m reproductions data", description=__doc__,
+    parser = argparse.ArgumentParser(prog="repro data", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     sub = parser.add_subparsers(dest="command", required=True)
     for name, text in (("prepare", "prepare the data of a config or source once (all cores), print where it is"),

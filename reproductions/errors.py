@@ -1,4 +1,4 @@
-"""One clear line per error: what every ``python -m reproductions`` command prints when it fails.
+"""One clear line per error: what every ``repro`` command prints when it fails.
 
 A failed command ends with one line on stderr,
 

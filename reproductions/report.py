@@ -1,7 +1,7 @@
-"""``python -m reproductions report``: a sweep's report again, from the runs on disk.
+"""``repro report``: a sweep's report again, from the runs on disk.
 
-    python -m reproductions report vit/position --profile cpu [--seeds N] [--root runs] [--wandb]
-    python -m reproductions report vit/position --profile cpu --profile fmnist   # side by side
+    repro report vit/position --profile cpu [--seeds N] [--root runs] [--wandb]
+    repro report vit/position --profile cpu --profile fmnist   # side by side
 
 Writes ``report.md`` (the table beside the paper's values, the claim numbers, every missing or
 failed run) and the figure into the experiment's directory and prints the table; what goes in
@@ -25,7 +25,7 @@ from reproductions.sweeping.spec import DEFAULT_PROFILE, SweepError
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     p = argparse.ArgumentParser(
-        prog="python -m reproductions report",
+        prog="repro report",
         description="Write a sweep's report: Markdown table beside the paper's values, and figures.",
         allow_abbrev=False,
     )

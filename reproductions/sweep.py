@@ -1,6 +1,6 @@
-"""``python -m reproductions sweep``: run an ablation grid, variant x seed, each in its own run directory.
+"""``repro sweep``: run an ablation grid, variant x seed, each in its own run directory.
 
-    python -m reproductions sweep vit/position --profile cpu [--seeds N] [--dry-run]
+    repro sweep vit/position --profile cpu [--seeds N] [--dry-run]
         [--launcher local|torchrun|slurm] [--devices N] [--jobs J] [--root runs] [--wandb [--log-model]] [--reuse]
         [-- extra CLI overrides for every run]
 
@@ -51,7 +51,7 @@ def _split_extra(argv: list[str]) -> tuple[list[str], list[str]]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m reproductions sweep",
+        prog="repro sweep",
         description="Run an ablation sweep: every variant x seed of a sweep file, each in its own run directory.",
         epilog="Extra overrides for every run go after '--' (e.g. -- --trainer.max_epochs 5); dotted options "
         "(--trainer.devices 8) are also passed through. Runs go to <root>/<sweep>-<profile>/<variant>/seed<k>/.",
@@ -90,7 +90,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
 
 
 def main(argv: Sequence[str] | None = None, *, runner=subprocess_runner, out: TextIO | None = None) -> int:
-    """``python -m reproductions sweep ...``; returns the exit status (1 if any run failed).
+    """``repro sweep ...``; returns the exit status (1 if any run failed).
 
     A bad option value raises ``UsageError`` (one ``error:`` line, exit status 2) before any run."""
     out = out or sys.stdout

@@ -111,7 +111,7 @@ def test_each_model_has_a_config_with_its_command_and_measurement_in_the_header(
     for config in CONFIGS:
         text = (REPO / config).read_text()
         header = text[: text.index("seed_everything")]
-        assert f"python -m reproductions fit --config {config}" in header, config
+        assert f"repro fit --config {config}" in header, config
         assert "Measured:" in header, config
         cfg = yaml.safe_load(text)
         assert cfg["model"]["init_args"]["net"]["class_path"] == f"models.ctr.{classes[Path(config).stem]}"

@@ -70,7 +70,7 @@ def test_report_table_from_hand_made_results(tmp_path, capsys):
     assert "`sincos` seed 2: not run" in missing
     assert "seed 8" not in missing and "`learned`" not in missing
     # the header says how it was made and what the paper column is
-    assert "python -m reproductions sweep" in md and "profile `smoke`" in md
+    assert "Made by: `repro sweep " in md and "profile `smoke`" in md
     assert "ImageNet 5-shot; not directly comparable" in md and "A clear gap between none and any embedding." in md
     assert "fractions in the paper, shown as percent" in md
     assert "git abcdef1234" in md and "`digits` (train 1294, val 144, test 359" in md
@@ -198,7 +198,7 @@ def test_report_without_any_run_says_how_to_make_them(tmp_path, capsys):
     sweep = position_sweep(tmp_path)
     assert report_main([str(sweep), "--profile", "smoke", "--root", str(tmp_path / "runs")]) == 1
     err = capsys.readouterr().err
-    assert "no runs under" in err and "python -m reproductions sweep" in err
+    assert "no runs under" in err and "run first: repro sweep " in err
 
 
 def test_report_of_a_real_sweep_file_names_its_paper_columns(tmp_path):

@@ -4,7 +4,7 @@ Prepared datasets hold the ENCODED bytes (JPEG, PNG, ...); ``decode_bytes`` deco
 ``torchvision`` (the default) decodes JPEG with ``torchvision.io.decode_jpeg`` and PNG with ``decode_png``
 (libjpeg-turbo / libpng straight into a tensor), anything else, and any file those refuse, with Pillow; ``pil``
 decodes everything with Pillow. Both give the same pixels within JPEG tolerance (``tests/test_images_decode.py``);
-``python -m reproductions bench data`` measures their images/s per core (``docs/benchmarks.md``). On a GPU,
+``repro bench data`` measures their images/s per core (``docs/benchmarks.md``). On a GPU,
 ``torchvision.io.decode_jpeg(device="cuda")`` decodes whole batches (nvJPEG): an option when the CPU cores
 cannot keep up, not used here (the augmentation would then have to run on the GPU too).
 

@@ -11,7 +11,7 @@ named by it, so a changed folder is prepared again. Its ``stamp`` holds the mtim
 (root, split and class folders, ~2,000 for ImageNet): adding, removing or renaming a file changes its
 folder's mtime. A warm open compares the stamp (``stamp_matches``: one ``stat`` per directory, none per file)
 instead of walking again, so it does not grow with the number of images. A file rewritten in place under the
-same name changes no directory's mtime: ``python -m reproductions data prepare`` always walks and notices it.
+same name changes no directory's mtime: ``repro data prepare`` always walks and notices it.
 """
 
 from __future__ import annotations

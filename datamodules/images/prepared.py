@@ -143,7 +143,7 @@ def open_prepared(path: str | os.PathLike) -> Prepared:
     manifest_file = path / MANIFEST
     if not manifest_file.is_file():
         raise FileNotFoundError(
-            f"{path} is not a prepared dataset (no {MANIFEST}); prepare one with `python -m reproductions data "
+            f"{path} is not a prepared dataset (no {MANIFEST}); prepare one with `repro data "
             "prepare ...` and pass the directory it prints"
         )
     manifest = json.loads(manifest_file.read_text())

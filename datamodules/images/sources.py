@@ -206,7 +206,7 @@ def gated_message(name: str) -> str:
     return (
         f"hub dataset {name!r} is gated: accept its terms at https://huggingface.co/datasets/{name} and log in "
         "(`hf auth login`, formerly `huggingface-cli login`, or set HF_TOKEN), or prepare it where you can "
-        "(`python -m reproductions data prepare --source ...`), or use the folder layout (--data.data_dir with "
+        "(`repro data prepare --source ...`), or use the folder layout (--data.data_dir with "
         "train/<wnid>/ and val/<wnid>/)"
     )
 

@@ -1,4 +1,4 @@
-"""The benchmarks behind ``python -m reproductions bench <name>`` (CLI: ``reproductions/bench.py``).
+"""The benchmarks behind ``repro bench <name>`` (CLI: ``reproductions/bench.py``).
 
 Each module has ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> common.Report``;
 ``common`` holds the shared timing, alternation, training step, memory, FLOPs, table and JSON code.

@@ -9,7 +9,7 @@
     figures   the figure (report.plot), one function per plot kind
     report    report.md, stdout and W&B: build_report, render, write_report, log_to_wandb
 
-The commands ``python -m reproductions sweep`` and ``report`` are ``reproductions/sweep.py``
+The commands ``repro sweep`` and ``report`` are ``reproductions/sweep.py``
 and ``reproductions/report.py``. (The per-paper ``reproductions/<paper>/sweeps/`` folders hold
 the sweep files this package reads.)
 """

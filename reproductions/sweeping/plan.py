@@ -152,7 +152,7 @@ class Plan:
             name = self.sweep.id if find_sweep(self.sweep.id) == self.sweep.path else _display_path(self.sweep.path)
         except SweepError:
             name = _display_path(self.sweep.path)
-        parts = ["python", "-m", "reproductions", command, name, "--profile", self.profile.name]
+        parts = ["repro", command, name, "--profile", self.profile.name]
         if self.seeds != (self.profile.seeds or self.sweep.seeds):
             parts += ["--seeds", str(len(self.seeds))] if self.seeds == list(range(len(self.seeds))) else []
         if self.root != Path("runs"):

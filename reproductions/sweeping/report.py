@@ -272,7 +272,7 @@ def build_comparison(plans: list[Plan], collected: list[list[VariantResults]]) -
         lines.append(f"- `{plan.profile.name}`" + (f" ({desc})" if desc else "")
                      + f": {done} finished runs, seeds planned {', '.join(map(str, plan.seeds))}; `{plan.sweep_command()}`")
     lines += [
-        f"- This comparison: `python -m reproductions report {sweep.id} "
+        f"- This comparison: `repro report {sweep.id} "
         + " ".join(f"--profile {p.profile.name}" for p in plans) + "`",
         f"- {m.label}: mean ± sample std (n - 1) over the n seeds",
         f"- Written {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}",
