@@ -19,7 +19,7 @@ from typing import TextIO
 
 from reproductions.sweeping.plan import check_counts, make_plan
 from reproductions.sweeping.report import write_comparison, write_report
-from reproductions.sweeping.spec import DEFAULT_PROFILE, SweepError
+from reproductions.sweeping.spec import DEFAULT_PROFILE, SweepError, profiles_help
 
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
@@ -27,11 +27,13 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     p = argparse.ArgumentParser(
         prog="repro report",
         description="Write a sweep's report: Markdown table beside the paper's values, and figures.",
+        epilog=profiles_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
     p.add_argument("sweep", help="a sweep name (vit/position) or a sweep YAML file")
     p.add_argument("--profile", action="append", default=None,
-                   help=f"the profile (default {DEFAULT_PROFILE}); give it twice or more to compare profiles side by side")
+                   help=f"one of the sweep's profiles, listed below (default {DEFAULT_PROFILE}); give it twice or more to compare profiles side by side")
     p.add_argument("--seeds", type=int, default=None, help="the planned seeds 0..N-1, N >= 1 (default: the profile's)")
     p.add_argument("--root", default="runs")
     p.add_argument("--experiment", default=None, help="experiment name (default <sweep>-<profile>)")

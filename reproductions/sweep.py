@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+import textwrap
 import time
 from collections.abc import Sequence
 from typing import TextIO
@@ -37,7 +38,7 @@ from reproductions.sweeping.launch import execute, format_duration, last_error, 
 from reproductions.sweeping.plan import LAUNCHERS, check_counts, make_plan
 from reproductions.sweeping.report import write_report
 from reproductions.sweeping.reuse import reuse_finished
-from reproductions.sweeping.spec import DEFAULT_PROFILE, SweepError
+from reproductions.sweeping.spec import DEFAULT_PROFILE, SweepError, profiles_help
 from utils.atomic import atomic_write_text
 
 
@@ -53,12 +54,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="repro sweep",
         description="Run an ablation sweep: every variant x seed of a sweep file, each in its own run directory.",
-        epilog="Extra overrides for every run go after '--' (e.g. -- --trainer.max_epochs 5); dotted options "
-        "(--trainer.devices 8) are also passed through. Runs go to <root>/<sweep>-<profile>/<variant>/seed<k>/.",
+        epilog=textwrap.fill(
+            "Extra overrides for every run go after '--' (e.g. -- --trainer.max_epochs 5); dotted options "
+            "(--trainer.devices 8) are also passed through. Runs go to <root>/<sweep>-<profile>/<variant>/seed<k>/.",
+            width=88, break_on_hyphens=False,
+        ) + "\n\n" + profiles_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         allow_abbrev=False,
     )
     p.add_argument("sweep", help="a sweep name (vit/position) or a sweep YAML file")
-    p.add_argument("--profile", default=DEFAULT_PROFILE, help=f"scale: smoke, cpu or gpu (default {DEFAULT_PROFILE})")
+    p.add_argument("--profile", default=DEFAULT_PROFILE, help=f"the scale: one of the sweep's profiles, listed below (default {DEFAULT_PROFILE})")
     p.add_argument("--seeds", type=int, default=None, help="run seeds 0..N-1, N >= 1 (default: the profile's)")
     p.add_argument("--dry-run", action="store_true", help="print the commands (or the slurm script); run nothing")
     p.add_argument("--launcher", choices=LAUNCHERS, default="local")

@@ -10,7 +10,9 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
+from reproductions.report import main as report_main
 from reproductions.sweep import main as sweep_main
 from reproductions.sweeping.plan import cli_value, make_plan
 from reproductions.sweeping.spec import SweepError, load_sweep
@@ -117,6 +119,24 @@ def test_every_profile_builds_through_the_cli(sweep, profile, tmp_path):
         assert cli.datamodule is not None
         if sweep.startswith("vit/"):
             assert cli.model.net.num_classes == 10
+
+
+@pytest.mark.parametrize("command", ["sweep", "report"])
+def test_help_lists_every_profile_of_every_sweep(command, capsys):
+    """``repro sweep --help`` / ``repro report --help`` name each sweep's profiles as its file has them."""
+    main = sweep_main if command == "sweep" else report_main
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0
+    text = capsys.readouterr().out
+    assert len(SWEEPS) >= 13
+    for sweep in SWEEPS:
+        paper, name = sweep.split("/")
+        profiles = list(yaml.safe_load((REPO / "reproductions" / paper / "sweeps" / f"{name}.yaml").read_text())["profiles"])
+        assert f"  {sweep}: {', '.join(profiles)}\n" in text, sweep
+    for profile in ("fmnist", "fmnist-196", "cpu-movielens", "imagenet", "gpu-amazon"):
+        assert f", {profile}" in text
+    assert "smoke, cpu or gpu" not in text
 
 
 # --------------------------------------------------------------------------- expansion rules

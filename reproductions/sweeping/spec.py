@@ -194,6 +194,27 @@ def sweep_id(path: Path) -> str:
     return "/".join(p for p in rel.with_suffix("").parts if p != "sweeps")
 
 
+def profiles_by_sweep() -> dict[str, list[str]]:
+    """Every sweep of the repository (``vit/position``) -> its profiles, in the file's order, read
+    from the sweep files themselves (for ``--help``); a file that does not parse lists none."""
+    out = {}
+    for path in sorted(REPRODUCTIONS_DIR.glob("*/sweeps/*.yaml")):
+        try:
+            raw = yaml.safe_load(path.read_text())
+            names = [str(n) for n in raw["profiles"]]
+        except (yaml.YAMLError, TypeError, KeyError, OSError):
+            names = []
+        out[sweep_id(path)] = names
+    return out
+
+
+def profiles_help() -> str:
+    """``--help``'s list of the sweeps and their profiles, one sweep a line."""
+    lines = [f"  {sweep}: {', '.join(names) if names else '(the file does not parse)'}"
+             for sweep, names in profiles_by_sweep().items()]  # fmt: skip
+    return "Sweeps and their profiles (--profile):\n" + "\n".join(lines)
+
+
 def _check_keys(where: str, mapping: Any, allowed: set[str]) -> dict:
     if not isinstance(mapping, dict):
         raise SweepError(f"{where}: expected a mapping, got {type(mapping).__name__} {mapping!r}")
