@@ -17,6 +17,7 @@ import torch
 from PIL import Image
 
 import datamodules.images.prepared as prepared_mod
+import datamodules.images.shard_pool as shard_pool
 import datamodules.images.sources as sources
 from datamodules.images import BadImageError, GatedDatasetError, ImageDataModule, open_prepared
 from datamodules.images.cache import cache_root
@@ -116,20 +117,20 @@ def test_a_changed_folder_is_prepared_again(cache, tmp_path):
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_failed_or_interrupted_preparation_leaves_no_prepared_dataset(cache, tmp_path, monkeypatch, workers):
     write_jpeg_folder(tmp_path / "imgs", per_class=30)
-    real = prepared_mod._write_folder_shard
-    monkeypatch.setattr(prepared_mod, "_write_folder_shard", _interrupted if workers == 1 else _failing)
-    monkeypatch.setattr(prepared_mod, "SHARD_FILES", 10)
+    real = prepared_mod.write_folder_shard
+    monkeypatch.setattr(prepared_mod, "write_folder_shard", _interrupted if workers == 1 else _failing)
+    monkeypatch.setattr(shard_pool, "SHARD_FILES", 10)
     with pytest.raises(KeyboardInterrupt if workers == 1 else RuntimeError):
         ImageDataModule(cache_dir=cache, source="folder", data_dir=str(tmp_path / "imgs"),
                         prepare_workers=workers).prepare_data()  # fmt: skip
     root = prepared_root(cache_root(cache))
     assert not [p for p in root.iterdir() if p.name != "index"] and not (root / "index").exists()
-    monkeypatch.setattr(prepared_mod, "_write_folder_shard", real)  # the next run prepares it whole
+    monkeypatch.setattr(prepared_mod, "write_folder_shard", real)  # the next run prepares it whole
     dm = make(cache, source="folder", data_dir=str(tmp_path / "imgs"), prepare_workers=workers)
     assert len(dm.train_dataset) + len(dm.val_dataset) == 60 and len(dm.test_dataset) == 60
 
 
-_WRITE_SHARD = prepared_mod._write_folder_shard
+_WRITE_SHARD = prepared_mod.write_folder_shard
 
 
 def _interrupted(task):

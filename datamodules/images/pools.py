@@ -29,7 +29,8 @@ from torchvision.transforms.v2 import functional as TF
 from datamodules.images import arrow
 from datamodules.images.arrow import array_column, label_column
 from datamodules.images.decode import GRAYSCALE_MODES, channels, decode_bytes, image_bytes
-from datamodules.images.prepared import Prepared, default_workers, run_tasks
+from datamodules.images.prepared import Prepared
+from datamodules.images.shard_pool import default_workers, run_tasks
 from datamodules.images.sources import SourceData
 from datamodules.images.splits import STATS_STREAM, channel_stats, split_rng
 from datamodules.images.torch_datasets import InMemoryImages, LazyImages

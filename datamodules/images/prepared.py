@@ -18,7 +18,7 @@ for 10,000 or 1.28 million images and needs neither the network nor a hub token.
 prepared directory directly (e.g. copied to a node's local disk), with no source at all.
 
 Preparing walks the folder once (``listing.walk``), then a process pool (all cores, or ``workers``) reads,
-verifies (``decode.verify_image``) and writes the files in shards of about ``SHARD_BYTES``, with a progress bar
+verifies (``decode.verify_image``) and writes the files in shards (``shard_pool``), with a progress bar
 (rate, ETA). A file that cannot be decoded fails the preparation with one line naming it, unless
 ``skip_bad_images``: then it is left out, counted and listed in the manifest. Everything is written into a
 temporary sibling and renamed at the end (``workspace.owned_directory``): a failed or interrupted
@@ -43,22 +43,28 @@ import json
 import logging
 import os
 import re
-import signal
 import time
-from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
 import datasets
 import numpy as np
-import pyarrow as pa
 
-from datamodules.images.decode import BadImageError, image_bytes, verify_image
+from datamodules.images.decode import BadImageError
 from datamodules.images.listing import FolderListing, stamp_matches, walk
+from datamodules.images.shard_pool import (
+    SHARD_FILES,
+    default_workers,
+    folder_features,
+    merge_stats,
+    run_tasks,
+    shard_files,
+    verify_rows,
+    write_folder_shard,
+)
 from datamodules.images.workspace import human_bytes, owned_directory
 from utils.atomic import atomic_write_json
 
@@ -68,26 +74,12 @@ PREPARED_FORMAT = "attention-repro-prepared-v1"
 """Bump when the layout changes: a manifest of another format is prepared again."""
 PREPARED_SUBDIR = "prepared"
 MANIFEST = "manifest.json"
-SHARD_BYTES = 512 * 2**20
-"""Target size of one folder shard (and of one verification task of a hub file)."""
-SHARD_FILES = 4096
-"""At most this many images per shard, so that small images still give every worker tasks."""
-WRITE_BATCH = 512
-"""Rows per Arrow record batch written by a shard writer (bounds its memory)."""
 BAD_HINT = "delete or replace it, or set skip_bad_images: true (--data.skip_bad_images true) to skip such files"
 
 
 def prepared_root(cache_root: Path) -> Path:
     """Where prepared datasets live: ``<cache root>/attention-repro/prepared``."""
     return Path(cache_root) / "attention-repro" / PREPARED_SUBDIR
-
-
-def default_workers() -> int:
-    """The cores this process may use."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover (macOS)
-        return os.cpu_count() or 1
 
 
 # ------------------------------------------------------------------------------------------------ opening
@@ -192,158 +184,7 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:60] or "data"
 
 
-# ------------------------------------------------------------------------------------------------ process pool
-
-
-def _ignore_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and terminates the pool
-
-
-def run_tasks(fn: Callable[[Any], dict], tasks: Sequence[Any], weights: Sequence[int], desc: str, unit: str,
-              workers: int) -> list[dict]:  # fmt: skip
-    """``fn(task)`` for every task, on ``workers`` processes, with a progress bar advanced by each task's weight
-    (rate and ETA); the results in task order. An exception (or Ctrl-C) terminates the pool and propagates."""
-    from tqdm import tqdm
-
-    results: list[dict | None] = [None] * len(tasks)
-    with tqdm(total=int(sum(weights)), desc=desc, unit=unit, unit_scale=True, mininterval=0.5, smoothing=0.1) as bar:
-        if workers <= 1 or len(tasks) <= 1:
-            for i, task in enumerate(tasks):
-                results[i] = fn(task)
-                bar.update(weights[i])
-            return results  # type: ignore[return-value]
-        pool = _pool_context().Pool(min(workers, len(tasks)), initializer=_ignore_sigint)
-        finished = False
-        try:
-            for i, result in pool.imap_unordered(_indexed, [(fn, i, t) for i, t in enumerate(tasks)]):
-                results[i] = result
-                bar.update(weights[i])
-            pool.close()
-            finished = True
-        finally:
-            if not finished:
-                pool.terminate()
-            pool.join()
-    return results  # type: ignore[return-value]
-
-
-def _pool_context():
-    """A ``forkserver`` context where there is one (Linux, macOS), else the platform default.
-
-    Not ``fork``: the process that prepares is usually threaded (Lightning, W&B, tqdm's monitor,
-    pytest-xdist), and a child forked from a threaded process can inherit a lock held by another
-    thread and hang at its exit, which hangs the pool's join. The fork server is a clean process
-    that imports this module once (preload), so each worker starts in milliseconds.
-    """
-    import multiprocessing
-
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return get_context()
-    ctx = get_context("forkserver")
-    ctx.set_forkserver_preload([__name__])
-    return ctx
-
-
-def _indexed(item: tuple[Callable[[Any], dict], int, Any]) -> tuple[int, dict]:
-    fn, i, task = item
-    return i, fn(task)
-
-
-# ------------------------------------------------------------------------------------------------ image stats
-
-
-def _image_stats() -> dict[str, Any]:
-    return {"modes": Counter(), "height": [None, None], "width": [None, None], "pixels": 0, "count": 0}
-
-
-def _add_image(stats: dict[str, Any], mode: str, height: int, width: int) -> None:
-    stats["modes"][mode] += 1
-    for key, value in (("height", height), ("width", width)):
-        lo, hi = stats[key]
-        stats[key] = [value if lo is None else min(lo, value), value if hi is None else max(hi, value)]
-    stats["pixels"] += height * width
-    stats["count"] += 1
-
-
-def _merge_stats(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
-    total = _image_stats()
-    for part in parts:
-        total["modes"].update(part["modes"])
-        for key in ("height", "width"):
-            for i, pick in ((0, min), (1, max)):
-                values = [v for v in (total[key][i], part[key][i]) if v is not None]
-                total[key][i] = pick(values) if values else None
-        total["pixels"] += part["pixels"]
-        total["count"] += part["count"]
-    return {"modes": dict(total["modes"]), "height": total["height"], "width": total["width"],
-            "mean_pixels": total["pixels"] / total["count"] if total["count"] else 0}  # fmt: skip
-
-
 # ------------------------------------------------------------------------------------------------ folders
-
-
-def folder_features(class_names: Sequence[str]) -> datasets.Features:
-    """The columns of a prepared folder: ``image`` (encoded bytes + relative path) and ``label``."""
-    return datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=list(class_names))})
-
-
-def _reason(error: BaseException) -> str:
-    """One line saying why a file did not decode (Pillow's message without its in-memory buffer's repr)."""
-    text = re.sub(r"\s*<_io\.BytesIO object at 0x[0-9a-fA-F]+>", "", f"{type(error).__name__}: {error}")
-    return text.replace("\n", " ")[:300]
-
-
-def _write_folder_shard(task: dict[str, Any]) -> dict[str, Any]:
-    """Read, verify and write one shard of a folder (runs in a pool worker)."""
-    root, out, files = task["root"], task["out"], task["files"]
-    schema = folder_features(task["class_names"]).arrow_schema
-    stats, bad, rows = _image_stats(), [], 0
-    buffer: dict[str, list] = {"bytes": [], "path": [], "label": []}
-
-    def flush(writer: pa.ipc.RecordBatchStreamWriter) -> None:
-        image = pa.StructArray.from_arrays(
-            [pa.array(buffer["bytes"], pa.binary()), pa.array(buffer["path"], pa.string())], names=["bytes", "path"]
-        )
-        writer.write_table(pa.table([image, pa.array(buffer["label"], pa.int64())], schema=schema))
-        for v in buffer.values():
-            v.clear()
-
-    with pa.OSFile(out, "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
-        for rel, label, _ in files:
-            try:
-                with open(os.path.join(root, rel), "rb") as f:
-                    data = f.read()
-                mode, height, width = verify_image(data)
-            except Exception as e:  # noqa: BLE001 - any failure to read or decode makes the file bad
-                bad.append([rel, _reason(e)])
-                continue
-            _add_image(stats, mode, height, width)
-            buffer["bytes"].append(data)
-            buffer["path"].append(rel)
-            buffer["label"].append(label)
-            rows += 1
-            if len(buffer["label"]) >= WRITE_BATCH:
-                flush(writer)
-        if buffer["label"] or rows == 0:
-            flush(writer)
-    return {"rows": rows, "bad": bad, "stats": stats, "bytes": os.path.getsize(out)}
-
-
-def _shards(files: list[tuple[str, int, int]], workers: int) -> list[list[tuple[str, int, int]]]:
-    """Consecutive runs of ``files`` of about ``SHARD_BYTES`` (at most ``SHARD_FILES``; at least 4 per worker)."""
-    if not files:
-        return []
-    per_worker = -(-len(files) // max(1, 4 * workers))
-    cap = max(1, min(SHARD_FILES, per_worker))
-    shards, current, size = [], [], 0
-    for f in files:
-        if current and (size + f[2] > SHARD_BYTES or len(current) >= cap):
-            shards.append(current)
-            current, size = [], 0
-        current.append(f)
-        size += f[2]
-    shards.append(current)
-    return shards
 
 
 def _bad_error(bad: list[tuple[str, str]], root: Path | str, total: int) -> BadImageError:
@@ -382,11 +223,11 @@ def prepare_folder(listing: FolderListing, cache_root: Path, *, workers: int | N
         tasks, owners = [], []
         for split, files in listing.files.items():
             (tmp / split).mkdir()
-            for i, shard in enumerate(_shards(files, workers)):
+            for i, shard in enumerate(shard_files(files, workers)):
                 tasks.append({"root": str(listing.root), "out": str(tmp / split / f"{i:05d}.arrow"), "files": shard,
                               "class_names": listing.class_names})  # fmt: skip
                 owners.append((split, f"{split}/{i:05d}.arrow"))
-        results = run_tasks(_write_folder_shard, tasks, [len(t["files"]) for t in tasks],
+        results = run_tasks(write_folder_shard, tasks, [len(t["files"]) for t in tasks],
                             f"Preparing {listing.root.name} ({total:,} images, {workers} processes)", "img",
                             workers)  # fmt: skip
         bad = [tuple(b) for r in results for b in r["bad"]]
@@ -410,7 +251,7 @@ def prepare_folder(listing: FolderListing, cache_root: Path, *, workers: int | N
             "class_names": listing.class_names, "image_column": "image", "label_column": "label",
             "features": folder_features(listing.class_names).to_dict(),
             "test_origin": f"official {listing.test_dir}" if listing.test_dir else "held out",
-            "splits": splits, "images": _merge_stats(r["stats"] for r in results), "ignored_files": listing.ignored,
+            "splits": splits, "images": merge_stats(r["stats"] for r in results), "ignored_files": listing.ignored,
         }  # fmt: skip
         atomic_write_json(tmp / MANIFEST, manifest)
     print(f"[data] prepared {total - len(bad):,} images of {listing.root} in {time.perf_counter() - start:.1f} s "
@@ -453,23 +294,6 @@ def open_folder(data_dir: str | os.PathLike, cache_root: Path, *, workers: int |
 
 
 # ------------------------------------------------------------------------------------------------ hub datasets
-
-
-def _verify_rows(task: dict[str, Any]) -> dict[str, Any]:
-    """Verify the images of rows [start, stop) of one Arrow file (runs in a pool worker)."""
-    with pa.memory_map(task["file"]) as source:
-        table = pa.ipc.open_stream(source).read_all()
-    column = table.column(task["column"]).slice(task["start"], task["stop"] - task["start"])
-    stats, bad = _image_stats(), []
-    for k, value in enumerate(column.to_pylist()):
-        row = task["offset"] + task["start"] + k
-        try:
-            mode, height, width = verify_image(image_bytes(value))
-        except Exception as e:  # noqa: BLE001
-            bad.append([row, _reason(e)])
-            continue
-        _add_image(stats, mode, height, width)
-    return {"bad": bad, "stats": stats}
 
 
 def _arrow_files(ds: datasets.Dataset) -> list[str] | None:
@@ -526,7 +350,7 @@ def prepare_hub(name: str, dd: datasets.DatasetDict, splits: dict[str, str], ima
                     owners.append(ours)
                 offset += rows
         total = sum(t["stop"] - t["start"] for t in tasks)
-        results = run_tasks(_verify_rows, tasks, [t["stop"] - t["start"] for t in tasks],
+        results = run_tasks(verify_rows, tasks, [t["stop"] - t["start"] for t in tasks],
                             f"Verifying {name} ({total:,} images, {workers} processes)", "img", workers)  # fmt: skip
         bad = [(f"hub {name} split {ours} row {b[0]}", b[1]) for ours, r in zip(owners, results, strict=True)
                for b in r["bad"]]  # fmt: skip
@@ -550,7 +374,7 @@ def prepare_hub(name: str, dd: datasets.DatasetDict, splits: dict[str, str], ima
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "prepare_seconds": round(time.perf_counter() - start, 1), "workers": workers,
             "hub_splits": splits, "image_column": image_column, "features": features.to_dict(),
-            "test_origin": test_origin, "splits": info, "images": _merge_stats(r["stats"] for r in results),
+            "test_origin": test_origin, "splits": info, "images": merge_stats(r["stats"] for r in results),
         }  # fmt: skip
         atomic_write_json(tmp / MANIFEST, manifest)
     print(f"[data] prepared {name} ({total - len(bad):,} images verified) in {time.perf_counter() - start:.1f} s: "
