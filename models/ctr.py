@@ -1,29 +1,11 @@
 """CTR models of the BST paper (Chen et al., DLP-KDD 2019, arXiv:1905.06874): BST, WDL, WDL(+Seq), DIN.
 
-Every net maps a batch (a dict of tensors, below) to one click logit per sample, shape (B,);
+Every net maps a batch to one click logit per sample, shape (B,);
 the sigmoid lives in the loss (``BCEWithLogits``) and in :meth:`CTRNet.predict_proba`.
 
-Batch keys (produced by ``datamodules.behavior.BehaviorDataModule``; a net reads only what it
-needs). Every id feature reserves 0 for padding / unknown, so a vocabulary of size ``n`` holds
-ids ``0..n-1`` and real ids start at 1.
-
-==================  ===========  ======  =====================================================
-key                 shape        dtype   meaning
-==================  ===========  ======  =====================================================
-``user``            (B,)         long    user id (also the GAUC group)
-``user_features``   (B, P)       long    user-profile fields (P may be 0), field f in [0, profile_sizes[f])
-``target_item``     (B,)         long    the candidate item
-``target_category`` (B,)         long    its category
-``hist_items``      (B, L)       long    behaviour sequence, oldest to newest, 0 = padding
-``hist_categories`` (B, L)       long    their categories, 0 = padding
-``hist_positions``  (B, L)       long    bucketised t(target) - t(item) (Sec. 3.1), 0 = padding
-``hist_mask``       (B, L)       bool    True where the sequence holds a real item
-``label``           (B,)         float   1 = click (not read by the nets)
-==================  ===========  ======  =====================================================
-
-The padding side (left or right) is the data's choice; every net here gives the same output for
-either and for any amount of padding (tested), because padded tokens are masked, never merely
-zero.
+A batch is a dict of tensors (``models.ctr_batch``: its keys, shapes and padding ids); a net reads
+only the keys it needs. Padded tokens are masked, never merely zero, so a net gives the same output
+for either padding side and any amount of padding (tested).
 
 Models
 ------
@@ -54,10 +36,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.choices import check_choice, choices
+from models.ctr_batch import PAD, PAD_BUCKET, ZERO_DELTA_BUCKET
 
-PAD = 0  #: padding / unknown id in every id feature
-PAD_BUCKET = 0  #: position bucket of padding
-ZERO_DELTA_BUCKET = 1  #: position bucket of t(target) - t(item) = 0; the target token's own
 
 PositionKind = Literal["time_delta", "index", "none"]
 SeqPooling = Literal["target", "mean"]

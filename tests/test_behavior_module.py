@@ -12,7 +12,7 @@ import torch
 from jsonargparse import ArgumentParser
 
 from datamodules.behavior import DOWNLOAD, BehaviorDataModule, DatasetMissingError
-from models.ctr import PAD_BUCKET
+from models.ctr_batch import PAD_BUCKET
 from tests.behavior_files import frame, synthetic_dm, write_movielens  # noqa: F401 (a fixture)
 
 

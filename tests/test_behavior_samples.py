@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from datamodules.behavior.samples import bucketize_time_delta, build_samples, history_index, sample_negatives
-from models.ctr import PAD_BUCKET, ZERO_DELTA_BUCKET
+from models.ctr_batch import PAD_BUCKET, ZERO_DELTA_BUCKET
 
 
 def test_log_buckets_are_monotone_start_at_one_and_reserve_zero_for_padding():

@@ -14,7 +14,7 @@ from datamodules.behavior import BehaviorDataModule, bucketize_time_delta
 from datamodules.behavior.readers import read_movielens_1m, read_movielens_csv
 from datamodules.behavior.sources import DOWNLOAD, REQUIRED_FILES, SOURCES, SPLIT_RULES, SourceName, get_source
 from datamodules.behavior.splits import SPLIT_RULE_NAMES, day_split, per_user_fraction_split, per_user_last_split
-from models.ctr import PAD_BUCKET
+from models.ctr_batch import PAD_BUCKET
 from tests.behavior_files import (
     DAY,
     T0,

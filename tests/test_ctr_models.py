@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.ctr import BST, DIN, PAD, WDL, ZERO_DELTA_BUCKET, Dice, WDLSeq
+from models.ctr import BST, DIN, WDL, Dice, WDLSeq
+from models.ctr_batch import PAD, ZERO_DELTA_BUCKET
 
 N_ITEMS, N_CATS, N_USERS, PROFILE, N_BUCKETS = 50, 8, 20, (3, 5), 12
 SIZES = dict(n_items=N_ITEMS, n_categories=N_CATS, n_users=N_USERS, profile_sizes=PROFILE)

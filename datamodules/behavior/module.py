@@ -55,7 +55,7 @@ from datamodules.behavior.samples import HistoryKind, PadSide, PositionScheme, b
 from datamodules.behavior.sources import Source, SourceName, get_source
 from datamodules.behavior.splits import SPLITS, SplitName, SplitRuleName, split_summary
 from datamodules.sampler import ResumableLoader, ResumableSampler, run_seed
-from models.ctr import PAD, PAD_BUCKET, ZERO_DELTA_BUCKET
+from models.ctr_batch import PAD, PAD_BUCKET, ZERO_DELTA_BUCKET
 
 #: batch keys and the stored column each comes from (``hist_mask`` is hist_items != 0)
 BATCH_COLUMNS = ("user", "user_features", "target_item", "target_category", "hist_items",

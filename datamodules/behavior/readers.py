@@ -34,7 +34,7 @@ from typing import IO
 
 import numpy as np
 
-from models.ctr import PAD
+from models.ctr_batch import PAD
 
 FORMATS = {
     "ratings.dat": "UserID::MovieID::Rating::Timestamp (integers, latin-1 or UTF-8)",

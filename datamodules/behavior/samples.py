@@ -30,7 +30,7 @@ from typing import Literal, get_args
 import numpy as np
 
 from models.choices import check_choice
-from models.ctr import PAD, PAD_BUCKET, ZERO_DELTA_BUCKET
+from models.ctr_batch import PAD, PAD_BUCKET, ZERO_DELTA_BUCKET
 
 PadSide = Literal["left", "right"]
 PositionScheme = Literal["log", "linear"]

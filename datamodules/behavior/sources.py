@@ -87,7 +87,7 @@ from datamodules.behavior.splits import (
     subsample_users,
 )
 from datamodules.behavior.synthetic import SYNTHETIC_PROFILE_CARDINALITIES, generate_synthetic, synthetic_ceiling
-from models.ctr import PAD
+from models.ctr_batch import PAD
 
 SourceName = Literal["synthetic", "movielens_1m", "movielens_csv", "taobao_user_behavior", "amazon_electronics"]
 Params = Mapping[str, Any]  #: the data module's hyperparameters

@@ -23,7 +23,7 @@ import numpy as np
 from datamodules.behavior.metrics import auc, gauc, logloss
 from datamodules.behavior.samples import PadSide, bucketize_time_delta
 from datamodules.behavior.splits import SPLITS
-from models.ctr import PAD, PAD_BUCKET
+from models.ctr_batch import PAD, PAD_BUCKET
 
 SYNTHETIC_PROFILE_CARDINALITIES = (2, 6, 8)  #: e.g. gender, age band, city tier
 
