@@ -59,7 +59,7 @@ from torch import nn
 
 from lightning_modules.model_stats import count_flops, count_parameters
 from lightning_modules.sharding import is_sharded, shard_net
-from models.choices import check_choice, choices
+from utils.choices import check_choice, choices
 
 #: the rate after warm-up: held (``constant``) or cosine-decayed to ``lr * min_lr_ratio``
 Schedule = Literal["constant", "cosine"]

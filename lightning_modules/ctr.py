@@ -47,7 +47,7 @@ from torchmetrics.classification import BinaryAUROC
 
 from lightning_modules.base import Schedule, TrainingModule
 from lightning_modules.metrics import GroupAUROC
-from models.choices import check_choice, choices
+from utils.choices import check_choice, choices
 
 OptimizerName = Literal["adamw", "adam"]
 OPTIMIZERS = choices(OptimizerName)

@@ -43,7 +43,7 @@ from lightning.pytorch.plugins.precision import Precision
 from lightning.pytorch.strategies import ModelParallelStrategy
 from torch import nn
 
-from models.choices import check_choice
+from utils.choices import check_choice
 
 #: FSDP2's compute dtype: ``auto`` is bf16 on CUDA devices and fp32 elsewhere (bf16 matmuls on
 #: CPUs without bf16 units are 10-20x slower than fp32), unless the Trainer's precision flag is

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.choices import check_choice, choices
+from utils.choices import check_choice, choices
 from models.ctr_batch import PAD, PAD_BUCKET, ZERO_DELTA_BUCKET
 
 

@@ -38,7 +38,7 @@ from typing import Any, Literal, Optional
 from timm.layers import ConvNormAct, HybridEmbed
 from torch import nn
 
-from models.choices import check_choice, choices
+from utils.choices import check_choice, choices
 from models.resnet import BlockKind, Padding, ResNet, STEM_STRIDE, StemKind, validate_resnet_config
 from models.vit import ViT, validate_vit_config
 

@@ -81,7 +81,7 @@ from torch import nn
 from timm.layers import trunc_normal_
 from timm.layers.pos_embed_sincos import build_sincos2d_pos_embed
 
-from models.choices import check_choice, choices
+from utils.choices import check_choice, choices
 
 AbsoluteKind = Literal["learned_1d", "learned_2d", "sincos_2d"]
 RelativeKind = Literal["relative", "relative_2d"]

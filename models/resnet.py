@@ -47,7 +47,7 @@ from torch import nn
 from timm.layers import ClassifierHead, GroupNormAct, StdConv2d, StdConv2dSame, calculate_drop_path_rates, make_divisible
 from timm.models.resnetv2 import Bottleneck, PreActBasic, PreActBottleneck, ResNetStage, create_resnetv2_stem
 
-from models.choices import check_choice, choices
+from utils.choices import check_choice, choices
 
 StemKind = Literal["imagenet", "small"]
 BlockKind = Literal["bottleneck", "preact_bottleneck", "preact_basic"]

@@ -1,7 +1,7 @@
 """Vision Transformer (Dosovitskiy et al., ICLR 2021, arXiv:2010.11929) on timm's VisionTransformer.
 
 Every ablation axis of the paper is a keyword with a closed set of values, a ``typing.Literal``
-in the signature (``models/choices.py``): the CLI rejects a bad value while parsing the config,
+in the signature (``utils/choices.py``): the CLI rejects a bad value while parsing the config,
 and the constructor checks it again before anything is built, so a ViT made in Python fails
 with the bad value and the allowed ones too:
 
@@ -62,7 +62,7 @@ from timm.layers import LayerNorm
 from timm.layers.attention import Attention, maybe_add_mask, resolve_self_attn_mask
 from timm.models.vision_transformer import Block, VisionTransformer
 
-from models.choices import check_choice, choices
+from utils.choices import check_choice, choices
 from models.position import (
     POS_EMBED_KINDS,
     RELATIVE_KINDS,

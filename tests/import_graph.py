@@ -8,7 +8,8 @@ Layers (a module may import its own package and any lower layer, never a higher 
 
     reproductions                              (commands, sweeps, reports, benchmarks)
     lightning_modules  datamodules  analysis   (training logic, data I/O, probes: peers, independent)
-    models  utils                              (plain nn.Modules; atomic file writes)
+    models                                     (plain nn.Modules)
+    utils                                      (atomic file writes, the closed-choice check)
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ PACKAGES = ("utils", "models", "lightning_modules", "datamodules", "analysis", "
 #: which top-level packages each package may import (besides itself)
 ALLOWED = {
     "utils": set(),
-    "models": set(),
+    "models": {"utils"},
     "lightning_modules": {"models", "utils"},
     "datamodules": {"models", "utils"},
     "analysis": {"models", "utils"},

@@ -1,4 +1,4 @@
-"""Closed choices (models/choices.py): one Literal per set, checked by the CLI and by constructors.
+"""Closed choices (utils/choices.py): one Literal per set, checked by the CLI and by constructors.
 
 Also that the subclasses forwarding ``**kwargs`` (HybridViT, ConvStemViT, WDLSeq and the two
 LightningModules) still show every parent argument to the CLI.
@@ -18,7 +18,7 @@ from lightning_modules import base, ctr as ctr_module
 from lightning_modules.ctr import CTRModule
 from lightning_modules.image_classifier import ImageClassifier
 from models import ctr, hybrid, position, resnet, vit
-from models.choices import check_choice, choices
+from utils.choices import check_choice, choices
 from reproductions.__main__ import main as repro_main
 from reproductions.cli import ReproductionCLI
 

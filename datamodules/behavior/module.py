@@ -50,7 +50,7 @@ from datamodules.behavior.cache import (
     to_hf_splits,
 )
 from datamodules.behavior.readers import TAOBAO_TIME_WINDOW
-from models.choices import check_annotated_choices
+from utils.choices import check_annotated_choices
 from datamodules.behavior.samples import HistoryKind, PadSide, PositionScheme, bucketize_time_delta
 from datamodules.behavior.sources import Source, SourceName, get_source
 from datamodules.behavior.splits import SPLITS, SplitName, SplitRuleName, split_summary

@@ -29,7 +29,7 @@ from typing import Literal, get_args
 
 import numpy as np
 
-from models.choices import check_choice
+from utils.choices import check_choice
 from models.ctr_batch import PAD, PAD_BUCKET, ZERO_DELTA_BUCKET
 
 PadSide = Literal["left", "right"]
