@@ -53,14 +53,6 @@ OptimizerName = Literal["adamw", "adam"]
 OPTIMIZERS = choices(OptimizerName)
 
 
-def rela_impr(auc_model: float, auc_base: float) -> float:
-    """RelaImpr in percent (Yan et al. 2014, as used by DIN and BST):
-    ((AUC_model - 0.5) / (AUC_base - 0.5) - 1) * 100."""
-    if auc_base <= 0.5:
-        raise ValueError(f"auc_base={auc_base!r} must be above 0.5 for RelaImpr to be defined")
-    return ((auc_model - 0.5) / (auc_base - 0.5) - 1.0) * 100.0
-
-
 def check_feature_sizes(net_sizes: dict, data_sizes: dict) -> None:
     """Raise ValueError if the net's vocabularies cannot hold the data's ids.
 

@@ -13,6 +13,8 @@ sorts and a few scatter-adds, no Python loop over users).
 How much of the data GAUC speaks for depends on the split: with one test impression per user
 (leave-one-out) no user holds both labels and GAUC is NaN; :meth:`GroupAUROC.coverage` gives
 the users and impressions it used beside the totals, so a results file says it.
+
+``rela_impr``: RelaImpr against a baseline's AUC (DIN, BST), the reports' column too.
 """
 
 from __future__ import annotations
@@ -21,6 +23,14 @@ import torch
 from torchmetrics import Metric
 from torchmetrics.utilities import dim_zero_cat
 from torchmetrics.utilities.prints import rank_zero_warn
+
+
+def rela_impr(auc_model: float, auc_base: float) -> float:
+    """RelaImpr in percent (Yan et al. 2014, as used by DIN and BST):
+    ((AUC_model - 0.5) / (AUC_base - 0.5) - 1) * 100."""
+    if auc_base <= 0.5:
+        raise ValueError(f"auc_base={auc_base!r} must be above 0.5 for RelaImpr to be defined")
+    return ((auc_model - 0.5) / (auc_base - 0.5) - 1.0) * 100.0
 
 
 def group_auroc(

@@ -17,7 +17,8 @@ from sklearn.metrics import roc_auc_score
 
 from datamodules.behavior import BehaviorDataModule
 from lightning_modules.base import warmup_schedule
-from lightning_modules.ctr import CTRModule, check_feature_sizes, rela_impr
+from lightning_modules.ctr import CTRModule, check_feature_sizes
+from lightning_modules.metrics import rela_impr
 from lightning_modules.metrics import GroupAUROC, group_auroc
 from models.ctr import BST, WDL
 from tests.behavior_files import ml_latest_small
@@ -153,7 +154,9 @@ def test_gauc_synced_over_two_cpu_processes_equals_one_process():
 
 # ------------------------------------------------------------------------------------- helpers
 def test_rela_impr():
+    """((AUC - 0.5) / (AUC_base - 0.5) - 1) x 100 (DIN, BST); undefined for a baseline at chance."""
     assert math.isclose(rela_impr(0.7894, 0.7734), (0.2894 / 0.2734 - 1) * 100)
+    assert rela_impr(0.61, 0.72) == pytest.approx(-50.0)
     assert rela_impr(0.7734, 0.7734) == 0.0
     with pytest.raises(ValueError, match="auc_base=0.5"):
         rela_impr(0.6, 0.5)

@@ -5,8 +5,8 @@ formats; and the ``report:`` options that the table, the claim checks and the fi
 (``unit``, ``flops``, ``relaimpr``, ``panels``, the axes' order).
 
 RelaImpr = ((AUC - 0.5) / (AUC_base - 0.5) - 1) x 100 % (Yan et al. 2014, as DIN and BST report
-it), from the main metric's means against ``report.relaimpr.baseline``; the report computes it
-itself (``rela_impr``) and needs no training code.
+it), from the main metric's means against ``report.relaimpr.baseline``, with the training code's
+formula (``lightning_modules.metrics.rela_impr``).
 """
 
 from __future__ import annotations
@@ -92,15 +92,12 @@ def relaimpr_spec(plan: Plan) -> dict | None:
     return spec
 
 
-def rela_impr(value: float, base: float) -> float:
-    """RelaImpr in percent: ((value - 0.5) / (base - 0.5) - 1) x 100, for ``base`` above 0.5."""
-    return ((value - 0.5) / (base - 0.5) - 1.0) * 100.0
-
-
 def relaimpr(value: float | None, base: float | None) -> float | None:
     """RelaImpr in percent of a raw metric mean against the baseline's (None when undefined)."""
     if value is None or base is None or base <= 0.5:
         return None
+    from lightning_modules.metrics import rela_impr  # here, so that a report without RelaImpr loads no torch
+
     return rela_impr(value, base)
 
 
