@@ -269,7 +269,7 @@ class ImageDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         dataset = self._require("train_dataset")
         trainer = getattr(self, "trainer", None)
-        rank = int(trainer.global_rank) if trainer is not None else 0
+        rank = int(getattr(trainer, "global_rank", 0) or 0)
         sampler = ResumableSampler(dataset, seed=run_seed(), num_replicas=self.world_size, rank=rank)
         return ResumableLoader(
             dataset,
