@@ -8,7 +8,10 @@ import json
 import traceback
 from pathlib import Path
 
+import lightning as L
+import torch
 from lightning import Callback
+from torch.utils.data import DataLoader, TensorDataset
 
 
 class RecordShards(Callback):
@@ -268,3 +271,38 @@ class RecordCompile(Callback):
         path = Path(self.out_dir) / f"compile_rank{trainer.global_rank}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(record))
+
+
+class TinyData(L.LightningDataModule):
+    """Random images, the same every time; ``batch_size`` is the global batch, as in the repository's
+    DataModules. Train, validation and test are the same batches, in order."""
+
+    def __init__(self, num_classes=4, n=64, batch_size=16, shape=(1, 8, 8)):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.num_classes, self.input_shape, self.batch_size = num_classes, shape, batch_size
+        self.x = torch.randn(n, *shape, generator=g)
+        self.y = torch.randint(0, num_classes, (n,), generator=g)
+
+    def train_dataloader(self):
+        return DataLoader(TensorDataset(self.x, self.y), batch_size=self.batch_size, shuffle=False)
+
+    val_dataloader = test_dataloader = train_dataloader
+
+
+def quiet_trainer(**kw) -> L.Trainer:
+    """A one-epoch CPU Trainer without logger, checkpoints, progress bar or sanity check; ``kw`` override."""
+    args = dict(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
+                enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
+    args.update(kw)
+    return L.Trainer(**args)
+
+
+def assert_every_parameter_trains(model: torch.nn.Module, images: torch.Tensor, steps: int = 2) -> None:
+    """After ``steps`` SGD steps on a loss of every logit, every parameter has received a gradient."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(steps):
+        opt.zero_grad()
+        model(images).logsumexp(dim=1).sum().backward()
+        opt.step()
+    assert all(p.grad.abs().sum() > 0 for p in model.parameters())

@@ -13,6 +13,7 @@ from timm.models.vision_transformer_hybrid import _resnetv2
 from models.hybrid import CONSTRUCTIONS, HYBRIDS, HybridViT, create_hybrid, stage_layers
 from models.resnet import Bottleneck
 from models.vit import explicit_attention
+from tests.helpers import assert_every_parameter_trains
 
 TINY = dict(img_size=16, in_chans=1, num_classes=4, backbone_layers=(1, 1, 1), backbone_channels=(16, 32, 48),
             stem_chs=8, embed_dim=16, depth=2, num_heads=2, mlp_ratio=2.0)  # fmt: skip
@@ -151,13 +152,7 @@ def test_every_parameter_gets_a_gradient(vit):
 
 
 def test_with_zero_init_every_parameter_trains_after_a_step():
-    model = tiny()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    for _ in range(2):
-        opt.zero_grad()
-        model(images()).logsumexp(dim=1).sum().backward()
-        opt.step()
-    assert all(p.grad.abs().sum() > 0 for p in model.parameters())
+    assert_every_parameter_trains(tiny(), images())
 
 
 def test_explicit_attention_and_position_tables_use_the_feature_grid():

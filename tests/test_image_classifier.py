@@ -5,39 +5,19 @@ import math
 import lightning as L
 import pytest
 import torch
-from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_modules.base import warmup_schedule
 from lightning_modules.image_classifier import ImageClassifier
 from lightning_modules.model_stats import count_flops, count_parameters
 from models.vit import ViT
+from tests.helpers import TinyData
+from tests.helpers import quiet_trainer as trainer
 
 
 def tiny_vit(**kw):
     args = dict(img_size=8, in_chans=1, num_classes=4, patch_size=2, embed_dim=16, depth=2, num_heads=2, mlp_ratio=2.0)
     args.update(kw)
     return ViT(**args)
-
-
-class TinyData(L.LightningDataModule):
-    def __init__(self, num_classes=4, n=64, batch_size=16, shape=(1, 8, 8)):
-        super().__init__()
-        g = torch.Generator().manual_seed(0)
-        self.num_classes, self.input_shape, self.batch_size = num_classes, shape, batch_size
-        self.x = torch.randn(n, *shape, generator=g)
-        self.y = torch.randint(0, num_classes, (n,), generator=g)
-
-    def train_dataloader(self):
-        return DataLoader(TensorDataset(self.x, self.y), batch_size=self.batch_size, shuffle=False)
-
-    val_dataloader = test_dataloader = train_dataloader
-
-
-def trainer(**kw):
-    args = dict(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
-                enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
-    args.update(kw)
-    return L.Trainer(**args)
 
 
 def test_warmup_cosine_shape():

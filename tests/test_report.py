@@ -88,9 +88,8 @@ def test_report_table_from_hand_made_results(tmp_path, capsys):
     assert "missing or failed runs (6)" in out
 
 
-def test_report_figures_and_claim_checks_per_plot_kind(tmp_path):
-    root = tmp_path / "runs"
-    # patch size: accuracy against compute; 4 -> 2 is 4x the FLOPs
+def patch_sweep_with_runs(tmp_path, root):
+    """A patch-size sweep (4 -> 2, 4x the FLOPs) and its 3 finished seeds per variant under ``root``."""
     patch = write_sweep(
         tmp_path / "patch.yaml", axis="patch_size",
         aliases={"patch_size": "model.net.init_args.patch_size"}, product={"patch_size": [4, 2]},
@@ -99,6 +98,13 @@ def test_report_figures_and_claim_checks_per_plot_kind(tmp_path):
     for seed in range(3):
         put(root, "patch-smoke", "patch_size=4", seed, acc=0.80 + 0.01 * seed, flops=1e6, train_flops=1e12)
         put(root, "patch-smoke", "patch_size=2", seed, acc=0.85 + 0.01 * seed, flops=4e6, train_flops=4e12)
+    return patch
+
+
+def test_report_figures_and_claim_checks_per_plot_kind(tmp_path):
+    root = tmp_path / "runs"
+    # patch size: accuracy against compute; 4 -> 2 is 4x the FLOPs
+    patch = patch_sweep_with_runs(tmp_path, root)
     report = write_report(make_plan(patch, "smoke", root=root), out=io.StringIO())
     assert "patch_size 4 -> 2 (side x0.50): GFLOPs/image x4.00, accuracy 81.00 ± 1.00 -> 86.00 ± 1.00: +5.00 points (± 0.82 s.e.); patch_size 2 > patch_size 4? holds" in report.markdown
     assert report.figures[0].name == "patch_size.png" and report.figures[0].read_bytes()[:8] == PNG
@@ -328,14 +334,7 @@ def test_a_foreign_results_json_is_flagged_and_left_out_of_the_table_means_and_r
     names its directory and why in a warning line and under the missing runs, and the table, the
     means and the compute ratio are those of the sweep's own runs; the exit status stays 0."""
     root = tmp_path / "runs"
-    patch = write_sweep(
-        tmp_path / "patch.yaml", axis="patch_size",
-        aliases={"patch_size": "model.net.init_args.patch_size"}, product={"patch_size": [4, 2]},
-        report={"plot": "accuracy_vs_flops", "check": "halving", "param": "patch_size"},
-    )  # fmt: skip
-    for seed in range(3):
-        put(root, "patch-smoke", "patch_size=4", seed, acc=0.80 + 0.01 * seed, flops=1e6, train_flops=1e12)
-        put(root, "patch-smoke", "patch_size=2", seed, acc=0.85 + 0.01 * seed, flops=4e6, train_flops=4e12)
+    patch = patch_sweep_with_runs(tmp_path, root)
     foreign = root / "patch-smoke" / "patch_size=4" / "seed3"
     atomic_write_json(foreign / RESULTS_FILE, bst_result())
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}

@@ -11,6 +11,7 @@ from timm.layers import StdConv2d
 from timm.models.resnetv2 import Bottleneck, ResNetV2
 
 from models.resnet import BLOCKS, CBAM, ChannelAttention, ResNet, SpatialAttention
+from tests.helpers import assert_every_parameter_trains
 
 SMALL = dict(img_size=16, in_chans=1, num_classes=4, layers=(1, 1, 1), channels=(32, 48, 64), stem_chs=16)
 
@@ -39,12 +40,7 @@ def test_zero_init_last_starts_blocks_as_identity_and_every_parameter_trains_aft
     model = small(block="bottleneck", zero_init_last=True)
     norms = [m.norm3.weight for m in model.modules() if isinstance(m, Bottleneck)]
     assert norms and all((w == 0).all() for w in norms)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    for _ in range(2):
-        opt.zero_grad()
-        model(images()).logsumexp(dim=1).sum().backward()
-        opt.step()
-    assert all(p.grad.abs().sum() > 0 for p in model.parameters())
+    assert_every_parameter_trains(model, images())
 
 
 def test_cbam_maps_are_in_0_1_with_the_documented_shapes():

@@ -18,7 +18,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_modules.base import (
     LR_SCALINGS,
@@ -32,6 +31,8 @@ from lightning_modules.image_classifier import ImageClassifier
 from models.ctr import BST
 from models.resnet import ResNet
 from models.vit import ViT, explicit_attention
+from tests.helpers import TinyData
+from tests.helpers import quiet_trainer as trainer
 
 REPO = Path(__file__).resolve().parents[1]
 CIFAR = "reproductions/vit/configs/cifar10.yaml"
@@ -51,29 +52,6 @@ def tiny_resnet(**kw) -> ResNet:
     args = dict(img_size=16, in_chans=3, num_classes=4, layers=(1, 1), channels=(16, 32), stem_chs=8, gn_groups=4)
     args.update(kw)
     return ResNet(**args)
-
-
-class TinyData(L.LightningDataModule):
-    """Random images; ``batch_size`` is the global batch, as in the repository's DataModules."""
-
-    def __init__(self, n=64, batch_size=16, shape=(3, 8, 8), num_classes=4):
-        super().__init__()
-        g = torch.Generator().manual_seed(0)
-        self.num_classes, self.input_shape, self.batch_size = num_classes, shape, batch_size
-        self.x = torch.randn(n, *shape, generator=g)
-        self.y = torch.randint(0, num_classes, (n,), generator=g)
-
-    def train_dataloader(self):
-        return DataLoader(TensorDataset(self.x, self.y), batch_size=self.batch_size)
-
-    val_dataloader = test_dataloader = train_dataloader
-
-
-def trainer(**kw) -> L.Trainer:
-    args = dict(accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
-                enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0)
-    args.update(kw)
-    return L.Trainer(**args)
 
 
 def build_only(args: list[str]):
@@ -176,7 +154,7 @@ def test_compiled_vit_trains_on_cpu_and_its_checkpoint_loads_uncompiled(tmp_path
     module = ImageClassifier(tiny_vit(), compile=True, lr=1e-2, warmup_steps=0)
     before = {k: v.clone() for k, v in module.state_dict().items()}
     t = trainer(max_steps=1, limit_val_batches=0)
-    t.fit(module, datamodule=TinyData())
+    t.fit(module, datamodule=TinyData(shape=(3, 8, 8)))
     assert t.global_step == 1 and is_compiled(module.net)
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] >= 1  # the step really ran compiled
     assert not torch.equal(before["net.head.weight"], module.state_dict()["net.head.weight"])
@@ -264,7 +242,7 @@ def test_image_classifier_optimiser_gets_the_scaled_lr(rule, accumulate, factor)
     module = ImageClassifier(tiny_vit(), lr=1e-3, warmup_steps=0, lr_scaling=rule,
                              base_batch_size=None if rule == "none" else 8)
     t = trainer(max_steps=1, limit_val_batches=0, accumulate_grad_batches=accumulate)
-    t.fit(module, datamodule=TinyData(batch_size=16))
+    t.fit(module, datamodule=TinyData(batch_size=16, shape=(3, 8, 8)))
     assert module.global_batch_size == 16 * accumulate
     assert module.effective_lr == pytest.approx(1e-3 * factor)
     assert t.optimizers[0].param_groups[0]["initial_lr"] == pytest.approx(1e-3 * factor)
