@@ -13,14 +13,16 @@ REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "notebooks" / "vit_attention_analysis.ipynb"
 
 
-def test_attention_notebook_is_thin_and_has_no_outputs():
-    nb = nbformat.read(NOTEBOOK, as_version=4)
+@pytest.mark.parametrize("notebook, library", [("vit_attention_analysis.ipynb", "analysis/"),
+                                               ("bst_results.ipynb", "reproductions/sweeping/")])
+def test_notebook_is_thin_and_has_no_outputs(notebook, library):
+    nb = nbformat.read(REPO / "notebooks" / notebook, as_version=4)
     nbformat.validate(nb)
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert "parameters" in code[0].metadata.get("tags", [])
     assert all(not c.get("outputs") for c in code), "commit the notebook without outputs"
     body = "\n".join(c.source for c in code)
-    assert "def " not in body and "class " not in body, "logic belongs in analysis/, not the notebook"
+    assert "def " not in body and "class " not in body, f"logic belongs in {library}, not the notebook"
 
 
 def test_attention_notebook_runs_on_a_tiny_timm_model(tmp_path, monkeypatch):
@@ -49,16 +51,6 @@ def test_attention_notebook_runs_on_a_tiny_timm_model(tmp_path, monkeypatch):
 
 
 BST_NOTEBOOK = REPO / "notebooks" / "bst_results.ipynb"
-
-
-def test_bst_results_notebook_is_thin_and_has_no_outputs():
-    nb = nbformat.read(BST_NOTEBOOK, as_version=4)
-    nbformat.validate(nb)
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    assert "parameters" in code[0].metadata.get("tags", [])
-    assert all(not c.get("outputs") for c in code), "commit the notebook without outputs"
-    body = "\n".join(c.source for c in code)
-    assert "def " not in body and "class " not in body, "logic belongs in reproductions/sweeping/, not the notebook"
 
 
 @pytest.mark.slow
