@@ -85,7 +85,7 @@ class ImageDataModule(L.LightningDataModule):
             faster, measured by ``bench data``) or ``pil``.
         skip_bad_images: when preparing, leave out files that cannot be decoded (counted and printed; listed in
             the manifest) instead of stopping with an error naming the first.
-        prepared: a prepared directory (``python -m reproductions data prepare`` prints it) to open instead of
+        prepared: a prepared directory (``repro data prepare`` prints it) to open instead of
             reading the source: e.g. a copy on a node's local disk; ``data_dir`` is then not needed.
         prepare_workers: processes that prepare and decode (None: every core this process may use).
         auto_augment: a timm augmentation policy applied after the crop and flip, e.g. DeiT's
@@ -339,7 +339,7 @@ class ImageDataModule(L.LightningDataModule):
 
     def prepare(self, refresh: bool = True) -> SourceData:
         """Prepare the source now (``refresh``: fingerprint a folder's every file, not only its directories) and
-        decode what ``in_memory`` holds in memory; for ``python -m reproductions data prepare``."""
+        decode what ``in_memory`` holds in memory; for ``repro data prepare``."""
         data = self._read(refresh=refresh)
         pools = self._pools(data, keep=False)
         print(f"[data] {self.source}: {pools.reason}", flush=True)
