@@ -26,8 +26,8 @@ Reliability (what a run guarantees; reproductions/errors.py and reproductions/ru
 - A NaN/inf training loss stops the run at once (``--run.nonfinite_patience`` steps tolerated).
 - A failed or interrupted fit writes results.json with ``status`` ``failed`` / ``interrupted``,
   the error and the step (never ``finished``).
-- SIGTERM / SIGUSR1 save ``checkpoints/last.ckpt`` at the current step and exit with the command
-  that resumes; under SLURM the job requeues itself (SIGUSR1) and resumes from Lightning's
+- SIGTERM / SIGUSR1 save ``checkpoints/last.ckpt`` at the current step (every process stops at
+  the same step; reproductions/signals.py) and exit with the command that resumes; under SLURM the job requeues itself (SIGUSR1) and resumes from Lightning's
   ``hpc_ckpt_*.ckpt``. Checkpoints are written atomically (``AtomicCheckpointIO``) and read
   with ``weights_only=True``.
 - Resuming keeps ``metrics.csv``'s earlier rows and the clock's totals (fit time, samples/s).
@@ -43,7 +43,6 @@ import re
 import shlex
 import signal
 import sys
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Union, get_args
@@ -70,6 +69,7 @@ from reproductions.errors import RunFailed, RunInterrupted, UsageError, config_m
 from reproductions.errors import parser_error
 from reproductions.model_check import model_differences, refusal
 from reproductions.rendezvous import bound_rendezvous, check_launch, exit_on_signal
+from reproductions.signals import StopAtTheSameStep, StopSignals, slurm_requeue
 from reproductions.results import RESULTS_FILE, environment, git_at_end, git_state, write_results
 from reproductions.rundir import RunDirLock, check_root, finished_results, stale_checkpoints
 from reproductions.tracking import log_checkpoints, log_results, log_status, read_run_id, run_facts, run_logger
@@ -211,59 +211,10 @@ def is_rank_zero() -> bool:
     return True
 
 
-def slurm_requeue() -> bool:
-    """Whether this process runs as a SLURM batch job (Lightning then requeues on SIGUSR1)."""
-    return SLURMEnvironment.detect()
-
-
 def _as_list(value) -> list:
     if value is None:
         return []
     return list(value) if isinstance(value, (list, tuple)) else [value]
-
-
-class StopSignals:
-    """SIGTERM and SIGUSR1 while a command runs.
-
-    While Lightning runs a stage it has its own SIGTERM handler (which calls this one too): it
-    sets ``trainer.received_sigterm`` and the loop raises ``SIGTERMException`` at the end of the
-    batch, where ``CheckpointOnSignal`` saves a checkpoint. SIGUSR1 is made to do the same (outside
-    SLURM, where it is the requeue signal and Lightning's). Outside a stage (setting up, loading
-    data, between fit and test) a signal stops the command at once with ``RunInterrupted``.
-    """
-
-    SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
-
-    def __init__(self, cli: "ReproductionCLI") -> None:
-        self.cli = cli
-        self.received: int | None = None
-        self._previous: dict = {}
-
-    def install(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for signum in self.SIGNALS:
-            if signum == signal.SIGUSR1 and slurm_requeue():
-                continue  # Lightning's requeue handler: it only installs itself if none is there
-            self._previous[signum] = signal.getsignal(signum)
-            signal.signal(signum, self.handle)
-
-    def restore(self) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
-        self._previous = {}
-
-    def handle(self, signum: int, frame) -> None:
-        self.received = self.received or signum
-        trainer = getattr(self.cli, "trainer", None)
-        lightning_handles = signal.getsignal(signal.SIGTERM) != self.handle
-        running = trainer is not None and str(getattr(trainer.state.status, "value", "")) == "running"
-        if lightning_handles and running:
-            connector = getattr(trainer, "_signal_connector", None)
-            if connector is not None:
-                connector.received_sigterm = True  # SIGUSR1: stop at the end of the batch as for SIGTERM
-            return
-        raise RunInterrupted(f"stopped by {signal.Signals(signum).name}", signum=signum)
 
 
 class ReproductionCLI(LightningCLI):
@@ -461,7 +412,7 @@ class ReproductionCLI(LightningCLI):
         callbacks += [self.clock, ExactResume(self.seed), StopOnNonFiniteLoss(run.nonfinite_patience)]
         monitor, mode = getattr(self.model, "monitor", ("val/loss", "min"))
         if self.subcommand == "fit":
-            callbacks.append(self.on_signal)
+            callbacks += [StopAtTheSameStep(self.signals), self.on_signal]
         if self.subcommand == "fit" and not any(isinstance(c, ModelCheckpoint) for c in callbacks):
             ckpt_dir = str(self.run_dir / "checkpoints")
             # Two callbacks: Lightning's save_last only refreshes last.ckpt in epochs that also

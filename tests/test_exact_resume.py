@@ -46,7 +46,7 @@ def losses(run: Path) -> dict[int, float]:
 
 
 def stop_and_resume(tmp_path: Path, config: str, args: list[str], *, step: int, signame: str,
-                    steps_per_epoch: int, total_steps: int) -> None:
+                    steps_per_epoch: int, total_steps: int, ranks: str = "all") -> None:
     """Run ``config`` straight, and stopped by ``signame`` at ``step`` then resumed; compare them."""
     common = ["fit", "--config", config, *args]
     straight_root, stopped_root = tmp_path / "straight", tmp_path / "stopped"
@@ -54,7 +54,7 @@ def stop_and_resume(tmp_path: Path, config: str, args: list[str], *, step: int, 
     assert straight.returncode == 0, straight.output[-3000:]
 
     stop = ["--trainer.callbacks+=tests.resume_helpers.SignalAtStep", "--trainer.callbacks.step", str(step),
-            "--trainer.callbacks.signal", signame]
+            "--trainer.callbacks.signal", signame, "--trainer.callbacks.ranks", ranks]
     stopped = repro(*common, "--run.root", str(stopped_root), *stop, case=f"{signame} at step {step}")
     signum = getattr(signal, signame)
     assert stopped.returncode == 128 + signum, stopped.output[-3000:]
@@ -106,6 +106,7 @@ def test_sigterm_mid_epoch_one_process_with_loader_workers_resumes_exactly(tmp_p
 @pytest.mark.slow
 def test_sigterm_mid_epoch_two_ddp_processes_resume_exactly(tmp_path):
     # each rank's share of the global batch 64, its own random streams, the position saved by rank 0
+    # every rank gets SIGTERM, as a scheduler sends it: all stop at the same step (no collective in a handler)
     stop_and_resume(tmp_path, DIGITS, [*VIT, *DDP], step=10, signame="SIGTERM", steps_per_epoch=6, total_steps=18)
 
 
@@ -117,5 +118,6 @@ def test_sigusr1_mid_epoch_behaviour_data_resumes_exactly(tmp_path):
 
 @pytest.mark.slow
 def test_sigusr1_mid_epoch_two_ddp_processes_behaviour_data_resume_exactly(tmp_path):
+    # only rank 0 gets it (kill of the command a user started): the others learn of it at the same step
     stop_and_resume(tmp_path, BST, [*BST_TINY, *DDP], step=11, signame="SIGUSR1", steps_per_epoch=8,
-                    total_steps=16)
+                    total_steps=16, ranks="first")
