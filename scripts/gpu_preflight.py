@@ -31,8 +31,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 WHEELS_SCRIPT = REPO / "scripts" / "gpu_wheels.sh"
-FIT_ARGS = ["fit", "--config", "reproductions/vit/configs/digits.yaml",
-            "--config", "reproductions/vit/configs/overlays/fsdp.yaml", "--print_config"]
+FIT_ARGS = ["fit", "--config", str(REPO / "reproductions/vit/configs/digits.yaml"),
+            "--config", str(REPO / "reproductions/vit/configs/overlays/fsdp.yaml"), "--print_config"]
 BENCH_MODULES = ["reproductions.bench", "reproductions.benchmarks.gpu"]
 FIT_MODULES = ["reproductions.cli", "models.vit", "lightning_modules.image_classifier", "lightning_modules.sharding",
                "datamodules.images"]

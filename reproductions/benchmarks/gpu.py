@@ -14,6 +14,10 @@ device name (H100 SXM and H200 989 TFLOP/s, H100 PCIe 756, H100 NVL 835, A100 31
 device the bf16 matmul rate measured in the same run (8192^2 ``torch.matmul``) stands in, and the
 output says so. The measured matmul rate is reported in every case.
 
+``--budget SECONDS`` (scripts/gpu_check.sh passes its stage limit less a margin) bounds the run: the BST
+grid is measured one sequence length at a time, and the next one starts only while twice the previous
+one's time is left; the lengths left out are named in the output and the JSON (``bst.skipped_seq_lens``).
+
 Attention: on CUDA the steps run under ``sdpa_kernel`` restricted to the fused kernels (flash,
 memory-efficient, cuDNN) when a trial step accepts that; otherwise PyTorch's default choice, and
 the output says so. Without CUDA it exits with code 2 and a message; ``--device cpu --tiny`` runs
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import time
 from typing import Any
 
@@ -69,6 +74,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_args(parser, rounds=3, steps=None, warmup=None, batch_size=None, device=False)
     parser.add_argument("--warmup", type=int, default=None, help="untimed steps before each measurement")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    parser.add_argument("--budget", type=float, default=None,
+                        help="seconds the benchmark may take from its start: BST sequence lengths that would not "
+                             "fit are left out (and named); default: no limit")
 
 
 def table_peak(device_name: str) -> float | None:
@@ -143,30 +151,41 @@ def run(args: argparse.Namespace) -> Report:
     ]
     vit_table.notes += notes
 
-    # BST
+    # BST, one sequence length at a time (a budget may cut the grid short)
     print(f"[gpu] BST: seq_len {args.seq_lens} x blocks {args.blocks}, batch {args.bst_batch_size}, bf16", flush=True)
     kwargs = bst_kwargs()
-    bst_context = contextlib.nullcontext()
-    if device.type == "cuda" and attention.startswith("fused"):
-        from torch.nn.attention import SDPBackend, sdpa_kernel
+    fused = device.type == "cuda" and attention.startswith("fused")
+    bst_attention = attention
+    rows: list[dict] = []
+    skipped: list[int] = []
+    last = 0.0
+    for seq_len in args.seq_lens:
+        left = math.inf if args.budget is None else args.budget - (time.perf_counter() - start)
+        if left <= 0 or (rows and left < 2 * last):
+            skipped.append(seq_len)
+            continue
+        began = time.perf_counter()
+        grid = dict(seq_lens=[seq_len], blocks=args.blocks, batch_size=args.bst_batch_size, device=device,
+                    amp_dtype=amp, rounds=args.rounds, steps=args.steps, warmup=args.warmup, matmul_dtype=None)
+        if fused:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
 
-        bst_context = sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
-                                   SDPBackend.CUDNN_ATTENTION])
-    try:
-        with bst_context:
-            bst_cmp, rows = training_grid(kwargs, seq_lens=args.seq_lens, blocks=args.blocks,
-                                          batch_size=args.bst_batch_size, device=device, amp_dtype=amp,
-                                          rounds=args.rounds, steps=args.steps, warmup=args.warmup,
-                                          matmul_dtype=None)
-        bst_attention = attention
-    except RuntimeError as err:  # a masked shape the fused kernels refuse: PyTorch's default choice
-        if device.type != "cuda" or isinstance(bst_context, contextlib.nullcontext):
-            raise
-        print(f"[gpu] BST: fused-only attention refused ({str(err)[:120]}); PyTorch's default choice", flush=True)
-        bst_cmp, rows = training_grid(kwargs, seq_lens=args.seq_lens, blocks=args.blocks,
-                                      batch_size=args.bst_batch_size, device=device, amp_dtype=amp,
-                                      rounds=args.rounds, steps=args.steps, warmup=args.warmup, matmul_dtype=None)
-        bst_attention = "PyTorch's default SDPA choice"
+            try:
+                with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
+                                  SDPBackend.CUDNN_ATTENTION]):
+                    rows += training_grid(kwargs, **grid)[1]
+                last = time.perf_counter() - began
+                continue
+            except RuntimeError as err:  # a masked shape the fused kernels refuse: PyTorch's default choice
+                print(f"[gpu] BST: fused-only attention refused ({str(err)[:120]}); PyTorch's default choice",
+                      flush=True)
+                fused, bst_attention = False, "PyTorch's default SDPA choice"
+        rows += training_grid(kwargs, **grid)[1]
+        last = time.perf_counter() - began
+    if skipped:
+        print(f"[gpu] BST: sequence lengths {skipped} left out: --budget {args.budget:g} s", flush=True)
+    if not rows:
+        raise RuntimeError(f"--budget {args.budget:g} s was spent before the BST grid started; give more time")
     bst_overall = geometric_mean([r["ratio"] for r in rows])
     for r in rows:
         for side in ("ours", "reference"):
@@ -190,8 +209,10 @@ def run(args: argparse.Namespace) -> Report:
     verdicts += [
         f"{pass_fail(bst_overall, BST_TARGET)}: BST vs nn.TransformerEncoder BST: {bst_overall:.3f}x (geometric mean; "
         f"target >= {BST_TARGET:g}x)",
-        f"total time {elapsed:.0f} s (budget: 5 minutes on one H100/H200-class GPU)",
+        f"total time {elapsed:.0f} s (budget: {'none' if args.budget is None else f'{args.budget:g} s'})",
     ]
+    if skipped:
+        verdicts.append(f"BST sequence lengths {skipped} not measured: the --budget was spent")
     if args.tiny:
         verdicts.append("--tiny: a smoke run of the code path (tiny models, few steps); its numbers are not a measurement")
     result = {
@@ -203,7 +224,8 @@ def run(args: argparse.Namespace) -> Report:
         "attention": {"vit": attention, "bst": bst_attention},
         "vit": {"shape": shape, "batch_size": args.batch_size, "comparison": vit.to_json(),
                 "mfu": ours.flops_per_sec / peak, "ratio_to_timm": ours.median / timm.median if timm else None},
-        "bst": {"net": kwargs, "batch_size": args.bst_batch_size, "training": rows, "geomean_ratio": bst_overall},
+        "bst": {"net": kwargs, "batch_size": args.bst_batch_size, "training": rows, "geomean_ratio": bst_overall,
+                "skipped_seq_lens": skipped},
         "elapsed_seconds": elapsed,
     }
     return Report(NAME, result, [vit_table, bst_table], verdicts)
