@@ -228,7 +228,20 @@ def test_gpu_check_runs_tiny_on_cpu(tmp_path, capsys):
     items = result["vit"]["comparison"]["items"]
     assert len({v["params"] for v in items.values()}) == 1  # ours and timm: same parameter count
     assert result["bst"]["training"] and all(r["ours"]["mfu"] > 0 for r in result["bst"]["training"])
+    assert result["bst"]["skipped_seq_lens"] == []  # no --budget: the whole grid
     assert "MFU" in capsys.readouterr().out
+
+
+def test_gpu_check_budget_cuts_the_bst_grid_and_keeps_what_was_measured(tmp_path, capsys):
+    """--budget 0: the ViT is measured (it comes first), every BST length is left out and named, and the
+    JSON is still written (scripts/gpu_check.sh relies on it to keep what a cut-short stage measured)."""
+    result = _run(tmp_path, "gpu", "--device", "cpu", "--tiny", "--no-timm", "--seq-lens", "4,8", "--rounds", "1",
+                  "--threads", "1", "--budget", "0")
+    assert result["vit"]["mfu"] > 0 and len(result["tables"]) == 1
+    assert result["bst"]["training"] == [] and result["bst"]["skipped_seq_lens"] == [4, 8]
+    assert result["bst"]["geomean_ratio"] is None
+    assert "BST sequence lengths [4, 8] not measured: the --budget of 0 s was spent" in result["verdicts"]
+    assert "left out" in capsys.readouterr().out
 
 
 def test_peak_table_by_device_name():
