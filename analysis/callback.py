@@ -15,7 +15,9 @@ values) and PNG figures (``analysis/attention_distance.png``,
 images (``WandbLogger.log_image``). Runs on global rank 0 only, in eval mode, under no_grad;
 the net is put back into its previous mode.
 
-Add it from a config: ``--trainer.callbacks+=analysis.callback.AttentionDistanceCallback``.
+Add it from a config: ``--trainer.callbacks+=analysis.callback.AttentionDistanceCallback``. The
+command line adds it to every ViT fit by itself (``add_attention_analysis``; ``--run.attention_analysis
+false`` leaves it out).
 """
 
 from __future__ import annotations
@@ -141,3 +143,19 @@ class AttentionDistanceCallback(Callback):
             if isinstance(logger, WandbLogger):
                 for key, path in self.figures.items():
                     logger.log_image(key=f"analysis/{key}", images=[str(path)], step=trainer.global_step)
+
+
+def add_attention_analysis(trainer: Trainer, module: LightningModule) -> bool:
+    """Add an ``AttentionDistanceCallback`` to ``trainer`` when ``module``'s net is a ViT (patch embedding and
+    attention blocks), none is there yet, and the net is not sharded over processes (the analysis runs on
+    rank 0 alone, which a sharded forward cannot). Returns whether it was added."""
+    net = getattr(module, "net", module)
+    if not (hasattr(net, "patch_embed") and hasattr(net, "blocks")):
+        return False
+    if any(isinstance(c, AttentionDistanceCallback) for c in trainer.callbacks):
+        return False
+    strategy = type(trainer.strategy).__name__
+    if "FSDP" in strategy or "ModelParallel" in strategy or "DeepSpeed" in strategy:
+        return False
+    trainer.callbacks.append(AttentionDistanceCallback())
+    return True

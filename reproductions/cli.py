@@ -55,6 +55,7 @@ from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
 from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 
+from analysis.callback import add_attention_analysis
 from lightning_modules.callbacks import (
     CheckpointOnSignal,
     ExactResume,
@@ -108,6 +109,9 @@ class RunOptions:
             the run stops as failed (0: stop at the first).
         rendezvous_timeout: seconds a multi-process run waits for all its processes to join at the
             start (DDP, FSDP, several nodes) before it fails naming who is missing.
+        attention_analysis: at the end of a ViT's fit, the mean attention distance per layer and head
+            on 128 validation images, with its figure (and the position-embedding similarity), in
+            ``<run dir>/analysis/``, the logged metrics and W&B (about 1% of a digits fit).
     """
 
     root: str = "runs"
@@ -123,6 +127,7 @@ class RunOptions:
     overwrite: bool = False
     nonfinite_patience: int = 0
     rendezvous_timeout: float = 60.0
+    attention_analysis: bool = True
 
 
 def experiment_name(config_paths: list) -> str:
@@ -431,7 +436,10 @@ class ReproductionCLI(LightningCLI):
         kwargs.setdefault("logger", self._loggers(trainer_cfg.get("logger")))
         kwargs.setdefault("default_root_dir", str(self.run_dir))
         kwargs.setdefault("plugins", self._plugins(trainer_cfg))
-        return super().instantiate_trainer(**kwargs)
+        trainer = super().instantiate_trainer(**kwargs)
+        if self.subcommand == "fit" and run.attention_analysis:
+            add_attention_analysis(trainer, self.model)
+        return trainer
 
     def _plugins(self, trainer_cfg) -> list:
         """The configured plugins plus atomic checkpoint IO and, in a SLURM batch job, Lightning's

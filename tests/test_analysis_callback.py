@@ -107,3 +107,36 @@ def test_figures_write_png_files_atomically(tmp_path):
     save_json(tmp_path / "n.json", {"a": 1})
     assert json.loads((tmp_path / "n.json").read_text()) == {"a": 1}
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f"{n}.png" for n in figures] + ["n.json"])
+
+
+def test_every_vit_fit_gets_the_analysis_once_and_other_nets_or_sharded_ones_do_not():
+    from analysis.callback import add_attention_analysis
+    from models.resnet import ResNet
+
+    vit = ImageClassifier(ViT(img_size=8, in_chans=1, num_classes=10, patch_size=2, embed_dim=16, depth=1,
+                              num_heads=2))
+    trainer = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    assert add_attention_analysis(trainer, vit)
+    assert not add_attention_analysis(trainer, vit)  # one is there already (a config's, or this one)
+    assert sum(isinstance(c, AttentionDistanceCallback) for c in trainer.callbacks) == 1
+    import inspect
+
+    kwargs = {k: v for k, v in {"in_chans": 1, "num_classes": 10}.items() if k in inspect.signature(ResNet).parameters}
+    resnet = ImageClassifier(ResNet(**kwargs))
+    plain = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    assert not add_attention_analysis(plain, resnet)
+    assert not any(isinstance(c, AttentionDistanceCallback) for c in plain.callbacks)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("switch, expected", [([], True), (["--run.attention_analysis", "false"], False)])
+def test_the_command_line_adds_it_to_a_vit_fit_unless_switched_off(switch, expected, tmp_path):
+    from tests.test_faults import TINY, repro
+
+    result = repro("fit", "--config", "reproductions/vit/configs/digits.yaml", "--run.root", str(tmp_path), *TINY,
+                   "--trainer.max_epochs", "1", *switch, case="attention analysis at the end of a ViT fit")
+    assert result.returncode == 0, result.output[-3000:]
+    run = tmp_path / "vit" / "digits" / "default" / "seed0"
+    assert (run / "analysis" / "attention_distance.png").exists() is expected
+    with open(run / "metrics.csv", newline="") as f:
+        assert ("analysis/mad_layer1" in next(csv.reader(f))) is expected
