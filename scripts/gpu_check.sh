@@ -21,7 +21,8 @@
 # Environment: PYTHON (default: .venv/bin/python if present, else python3: on the GPU machine, the image's);
 # GPU_CHECK_WHEELS (a folder of wheels to install first; default gpu_wheels/ if it holds any);
 # GPU_CHECK_STAGES (default "bench fsdp compile"; install and preflight always run); GPU_CHECK_BUDGET
-# (seconds for all stages); GPU_CHECK_SMOKE=1 runs the same stages on the CPU with tiny shapes, to check
+# (seconds for all stages); GPU_CHECK_KEEP_CHECKPOINTS=1 keeps the runs' checkpoints (by default their sizes
+# go into the JSON and the files are removed: about 1 GB each); GPU_CHECK_SMOKE=1 runs the same stages on the CPU with tiny shapes, to check
 # the script itself (time limits and budget x5, the FSDP2 run with its bf16 policy, the compiled run in
 # fp32; its numbers mean nothing). scripts/gpu_rehearsal.sh runs it so in an environment like the GPU
 # machine's. Without a CUDA GPU (and without GPU_CHECK_SMOKE) it exits 2 with one line saying so.
@@ -155,7 +156,7 @@ stage compile 140 "$PYTHON" -m reproductions "${RUN[@]}" --trainer.strategy ddp 
 trap - TERM INT
 
 timeout -k 5 "$RESERVE" "$PYTHON" - "$OUT_DIR" "$SMOKE" "$BUDGET" "$SECONDS" "$WHEELS" <<'EOF'
-import json, subprocess, sys
+import json, os, subprocess, sys
 from pathlib import Path
 
 import torch
@@ -216,6 +217,12 @@ for name, variant in (("fsdp", "fsdp2"), ("compile", "ddp-compiled")):
         "mfu": 3 * flops * rate / peak if peak and flops and rate else None,
         "test": r["test"], "final": r["final"], "results": str(results),
     }
+# the runs' checkpoints (about 1 GB each for ViT-B/16 with its optimiser state) are measured, then removed
+keep = os.environ.get("GPU_CHECK_KEEP_CHECKPOINTS") == "1"
+for ckpt in sorted((out / "runs").rglob("*.ckpt")):
+    report.setdefault("checkpoints", {})[str(ckpt.relative_to(out))] = round(ckpt.stat().st_size / 2**20, 1)
+    if not keep:
+        ckpt.unlink()
 report["ok"] = all(s["status"] == "ok" for s in stages.values())
 path = out / "gpu_check.json"
 tmp = path.with_name(path.name + ".tmp")

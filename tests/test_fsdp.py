@@ -490,6 +490,8 @@ def test_gpu_check_smoke_on_the_cpu_writes_its_json(tmp_path):
     assert list(report["stages"]) == ["preflight", "fsdp"]  # no GPU_CHECK_WHEELS: nothing to install
     assert all(s["status"] == "ok" and 0 < s["limit"] <= report["budget_s"] for s in report["stages"].values())
     assert report["preflight"]["ok"] and report["elapsed_s"] <= report["budget_s"]
+    assert report["checkpoints"] and all(mib > 0 for mib in report["checkpoints"].values())
+    assert not list(out.rglob("*.ckpt"))  # measured, then removed
     fsdp = report["fsdp"]  # the smoke run takes the GPU's bf16 policy (fp32 master weights) on tiny shapes
     assert fsdp["steps"] == 4 and fsdp["precision"] == "bf16-mixed" and fsdp["images_per_sec"] > 0
     assert "test/acc" in fsdp["test"] and fsdp["mfu"] is None  # no bench stage, no peak to divide by
