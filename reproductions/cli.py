@@ -73,7 +73,8 @@ from reproductions.rendezvous import bound_rendezvous, check_launch, exit_on_sig
 from reproductions.signals import StopAtTheSameStep, StopSignals, slurm_requeue
 from reproductions.results import RESULTS_FILE, environment, git_at_end, git_state, write_results
 from reproductions.rundir import RunDirLock, check_root, finished_results, stale_checkpoints
-from reproductions.tracking import log_checkpoints, log_results, log_status, read_run_id, run_facts, run_logger
+from reproductions.artifacts import log_checkpoints
+from reproductions.tracking import log_results, log_status, read_run_id, run_facts, run_logger
 from utils.atomic import atomic_write_text
 
 REPRODUCTIONS_DIR = Path(__file__).resolve().parent
@@ -679,7 +680,7 @@ class ReproductionCLI(LightningCLI):
             write_results(self.run_dir, results)
             log_results(trainer.loggers, results, self.run_dir)  # the same numbers (and files) into W&B
             if run.log_model:
-                log_checkpoints(trainer.loggers, self.run_dir / "checkpoints", results)
+                log_checkpoints(trainer.loggers, self.run_dir / "checkpoints", results, self.run_dir)
             shown = ", ".join(f"{k} = {v:.4f}" for k, v in sorted(test_metrics.items()))
             print(f"\n{self.experiment}/{run.variant}/seed{self.seed}: {shown or 'no test run'}")
             print(f"results: {self.run_dir / RESULTS_FILE}", flush=True)

@@ -13,6 +13,11 @@ and hands the rest to W&B's own ``wandb sync`` (one call, every folder named: no
 - Replaced: a fit that started over in its directory (``--run.overwrite true``, or a fresh attempt
   after an unfinished one) took a new id (``wandb/run_id``); the earlier attempt's folders are
   skipped unless ``--all``.
+- Model artifacts of offline runs (``--run.log_model true``) wait in ``<run dir>/wandb/
+  pending_artifacts.json`` with their checkpoints as paths relative to the run directory
+  (``reproductions.artifacts``): after the runs are uploaded, each is logged into its run
+  (resumed by id) from the files where they lie now, and marked uploaded. ``--dry-run`` lists
+  them with their files (size, or missing).
 
 Uploading needs a W&B key (``wandb login`` or ``WANDB_API_KEY``); ``--dry-run`` does not.
 """
@@ -30,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from reproductions.artifacts import DEFAULT_UPLOAD_TIMEOUT, entry_files, entry_state, find_pending, upload_pending
 from reproductions.errors import RunFailed, UsageError
 from reproductions.tracking import read_run_id
 
@@ -127,6 +133,26 @@ def reachable(url: str, timeout: float = 10.0) -> str | None:
     return None
 
 
+def _size(n: int | None) -> str:
+    return "missing" if n is None else f"{n / 1e6:.2f} MB"
+
+
+def _show_artifact(owner: Path, entry: dict, base: Path) -> str:
+    try:
+        where = owner.relative_to(base).as_posix()
+    except ValueError:
+        where = str(owner)
+    files = ", ".join(f"{p.relative_to(owner).as_posix() if p.is_relative_to(owner) else p} {_size(n)}"
+                      for _, p, n in entry_files(owner, entry))  # fmt: skip
+    aliases = ", ".join(entry.get("aliases") or [])
+    return f"{where if where != '.' else owner.name}  {entry['name']} ({entry.get('type')}; {aliases}): {files}"
+
+
+def run_wandb_sync(command: list[str], env: dict[str, str]) -> int:
+    """``wandb sync`` in a child process; its exit status."""
+    return subprocess.run(command, env=env).returncode
+
+
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     p = argparse.ArgumentParser(
@@ -139,6 +165,8 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     p.add_argument("--all", action="store_true", help="also upload the runs of replaced attempts")
     p.add_argument("--project", default=None, help="upload into this W&B project instead of the runs' own")
     p.add_argument("--entity", default=None, help="upload into this W&B entity (team or user)")
+    p.add_argument("--artifact-timeout", type=float, default=DEFAULT_UPLOAD_TIMEOUT, metavar="SECONDS",
+                   help="seconds one pending model artifact may take to upload (default %(default)g)")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     root = Path(args.path)
     if not root.exists():
@@ -159,8 +187,18 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     for r in skipped:
         why = {"uploaded": "already uploaded", "replaced": "replaced attempt (--all uploads it)"}.get(r.state, r.state)
         print(f"  skip    {_show(r, root)}: {why}", file=out)
-    if args.dry_run or not todo:
-        print("nothing to upload" if not todo else "dry run: nothing uploaded", file=out)
+    pending = [(owner, entry, entry_state(owner, entry)) for owner, entry in find_pending(root)]
+    art_todo = [(owner, entry) for owner, entry, state in pending if state == "to upload"]
+    if pending:
+        print(f"model artifacts of offline runs: {verb} {len(art_todo)}, skipping {len(pending) - len(art_todo)}",
+              file=out)  # fmt: skip
+    for owner, entry, state in pending:
+        why = {"uploaded": "already uploaded", "replaced": "of a replaced attempt (its checkpoints were removed)",
+               "files missing": "files missing"}.get(state)  # fmt: skip
+        print(f"  {'artifact' if why is None else 'skip    '}  {_show_artifact(owner, entry, root)}"
+              + (f": {why}" if why else ""), file=out)
+    if args.dry_run or not (todo or art_todo):
+        print("nothing to upload" if not (todo or art_todo) else "dry run: nothing uploaded", file=out)
         return 0
     if not has_key():
         raise UsageError("no W&B key (WANDB_API_KEY, or wandb login); log in first, or use --dry-run")
@@ -169,19 +207,35 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     if why is not None:
         raise RunFailed(f"W&B server {url} is not reachable ({why}); nothing uploaded: check the network or "
                         "WANDB_BASE_URL, then rerun")
-    command = [*_wandb_command(), "sync", "--yes", "--include-synced" if args.all else "--skip-synced"]
-    command += [*(["--project", args.project] if args.project else []), *(["--entity", args.entity] if args.entity else [])]
-    command += [str(r.folder) for r in todo]
-    env = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"}  # an offline default must not stop the upload
-    done = subprocess.run(command, env=env)
-    if done.returncode != 0:
-        raise RunFailed(f"wandb sync exited with status {done.returncode}; see its output above, then rerun "
-                        f"python -m reproductions sync {root}")
-    left = [r for r in find_offline_runs(root) if r.state == "to upload" and r.folder in {t.folder for t in todo}]
+    left: list[OfflineRun] = []
+    if todo:
+        command = [*_wandb_command(), "sync", "--yes", "--include-synced" if args.all else "--skip-synced"]
+        command += [*(["--project", args.project] if args.project else []),
+                    *(["--entity", args.entity] if args.entity else [])]  # fmt: skip
+        command += [str(r.folder) for r in todo]
+        env = {k: v for k, v in os.environ.items() if k != "WANDB_MODE"}  # an offline default must not stop the upload
+        status = run_wandb_sync(command, env)
+        if status != 0:
+            raise RunFailed(f"wandb sync exited with status {status}; see its output above, then rerun "
+                            f"python -m reproductions sync {root}")
+        left = [r for r in find_offline_runs(root) if r.state == "to upload" and r.folder in {t.folder for t in todo}]
+    # an artifact goes into its run once the run is uploaded
+    waiting = {r.run_id for r in left}
+    failed = []
+    for owner, entry in art_todo:
+        if entry["run_id"] in waiting:
+            failed.append(f"{entry['name']} (its run is not uploaded)")
+            continue
+        try:
+            upload_pending(owner, entry, project=args.project, entity=args.entity, timeout=args.artifact_timeout)
+        except RunFailed as e:
+            print(f"  {e}", file=out)
+            failed.append(entry["name"])
     print(f"uploaded {len(todo) - len(left)} of {len(todo)} folder(s)" + (f"; not marked uploaded: "
-          f"{', '.join(r.folder.name for r in left)} (rerun to retry)" if left else ""), file=out)
-    return 0 if not left else 1
-
+          f"{', '.join(r.folder.name for r in left)} (rerun to retry)" if left else "")
+          + (f"; {len(art_todo) - len(failed)} of {len(art_todo)} model artifact(s)" if art_todo else "")
+          + (f"; not uploaded: {', '.join(failed)} (rerun to retry)" if failed else ""), file=out)
+    return 0 if not (left or failed) else 1
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

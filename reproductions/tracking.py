@@ -115,7 +115,7 @@ def init_run(init: dict[str, Any], *, say=None):
     settings = init.pop("settings", None) or wandb.Settings()
     settings.init_timeout = init_timeout()
     try:
-        return wandb.init(**init, settings=settings)
+        run = wandb.init(**init, settings=settings)
     except Exception as e:  # noqa: BLE001 - W&B's CommError, a timeout, a refused key: all mean "not now"
         if init.get("mode") == "offline":
             raise
@@ -132,7 +132,9 @@ def init_run(init: dict[str, Any], *, say=None):
         say(f"W&B: server {where} did not start the run within {settings.init_timeout:g} s ({why}); going on "
             f"offline under {Path(init['dir']) / 'wandb'}; upload later: python -m reproductions sync "
             f"{init['dir']}")
-        return wandb.init(**{**init, "mode": "offline"}, settings=settings)
+        run = wandb.init(**{**init, "mode": "offline"}, settings=settings)
+    relative_links(run.settings.sync_dir)
+    return run
 
 
 def run_facts(trainer=None) -> dict[str, Any]:
@@ -214,13 +216,31 @@ def run_logger(*, project: str, group: str, name: str, tags: list[str], log_dir:
 
 
 def save_with_run(run, run_dir: str | os.PathLike, names: list[str]) -> None:
-    """``run.save`` the files ``names`` of the run directory (results.json, config.yaml,
-    metrics.csv) with the run; they stay where they are (base path: the run directory)."""
-    run_dir = Path(run_dir)
+    """Save the files ``names`` of the run directory (results.json, config.yaml, metrics.csv) with
+    the run: copied into the run's files folder (``run.dir``) and saved from there. W&B's own
+    ``run.save`` of a file elsewhere leaves a symlink to its absolute path, which a copy of the
+    run directory on another machine would not resolve."""
+    import shutil
+
+    run_dir, files = Path(run_dir), Path(run.dir)
     for name in names:
         path = run_dir / name
         if path.is_file():
-            run.save(str(path), base_path=str(run_dir), policy="now")
+            kept = files / name
+            kept.unlink(missing_ok=True)  # a link left by an earlier save: replace it, never write through it
+            shutil.copyfile(path, kept)
+            run.save(str(kept), base_path=str(files), policy="now")
+
+
+def relative_links(folder: str | os.PathLike) -> None:
+    """Make the symlinks W&B leaves in ``folder`` (its ``logs/debug-core.log`` points by absolute
+    path into ``wandb/cache``) relative, so they resolve in a copy of the run directory too."""
+    for link in Path(folder).rglob("*"):
+        if link.is_symlink() and os.path.isabs(target := os.readlink(link)):
+            link.unlink()
+            link.symlink_to(os.path.relpath(target, link.parent))
+
+
 #: results.json fields (dotted paths) that go into the W&B run summary, under ``results/<name>``
 _SUMMARY_FIELDS = {
     "fit_time_s": "training.fit_time_s",
@@ -291,24 +311,3 @@ def log_status(loggers, status: str) -> None:
     """Mark the W&B runs among ``loggers`` with ``status`` (a run that did not finish)."""
     for run in wandb_runs(loggers):
         run.summary["status"] = status
-
-
-def log_checkpoints(loggers, checkpoint_dir: Path, results: dict) -> None:
-    """Log the run's last and best checkpoints as one W&B model artifact (``model-<run id>``),
-    with the run's results as the artifact's metadata. Works offline: the artifact is kept
-    with the offline run and uploaded by ``wandb sync``."""
-    import wandb
-
-    files = {"last": checkpoint_dir / "last.ckpt"}
-    best = _get(results, "best.path")
-    if best:
-        files["best"] = Path(best)
-    files = {alias: path for alias, path in files.items() if path.is_file()}
-    if not files:
-        return
-    for run in wandb_runs(loggers):
-        artifact = wandb.Artifact(f"model-{run.id}", type="model", metadata=results_summary(results))
-        for path in dict.fromkeys(files.values()):
-            artifact.add_file(str(path), name=path.name)
-        aliases = [*files, f"variant-{results.get('variant')}", f"seed-{results.get('seed')}"]
-        run.log_artifact(artifact, aliases=[a.replace("=", "-").replace("/", "-") for a in aliases])
