@@ -483,7 +483,8 @@ def test_gpu_check_smoke_on_the_cpu_writes_its_json(tmp_path):
     proc = subprocess.run(["bash", "scripts/gpu_check.sh", str(out)], cwd=REPO, capture_output=True, text=True,
                           env={**env(), "PYTHON": sys.executable, "GPU_CHECK_SMOKE": "1", "GPU_CHECK_STAGES": "fsdp"},
                           timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:] + (out / "fsdp.log").read_text()[-3000:]
+    logs = "".join(p.read_text()[-3000:] for p in sorted(out.glob("*.log")))
+    assert proc.returncode == 0, proc.stderr[-3000:] + logs
     report = json.loads((out / "gpu_check.json").read_text())
     assert report["smoke"] is True and report["device"] == "cpu" and report["ok"] is True
     assert set(report["versions"]) >= {"torch", "lightning", "cuda", "timm", "jsonargparse", "datasets"}
