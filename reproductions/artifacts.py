@@ -167,7 +167,7 @@ def upload_pending(run_dir: str | os.PathLike, entry: dict[str, Any], *, project
     if missing:
         raise RunFailed(f"artifact {entry['name']}: missing {', '.join(missing)}")
     settings = wandb.Settings(init_timeout=init_timeout(), console="off", x_disable_stats=True, disable_git=True,
-                              save_code=False)  # fmt: skip
+                              save_code=False, silent=True)  # fmt: skip (sync says what happened, in its own lines)
     # the resumed run's own files go to a temporary folder: the run directory keeps only the offline run
     with tempfile.TemporaryDirectory(prefix="wandb-artifact-") as tmp:
         try:

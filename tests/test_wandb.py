@@ -11,10 +11,12 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,8 @@ import pytest
 from reproductions.sweeping.plan import make_plan
 from reproductions.sweeping.publish import claims_table, numbers_table
 from reproductions.sweeping.collect import collect
+from reproductions import sync
+from reproductions.artifacts import PENDING_FILE, keep_pending, read_pending
 from reproductions.sync import find_offline_runs, main as sync_main
 from reproductions.tracking import RUN_ID_FILE, read_run_id
 from tests.helpers import wandb_records
@@ -114,12 +118,13 @@ def test_fit_resume_test_and_overwrite_keep_one_run_per_directory_and_its_files_
     assert config["facts"]["git_commit"] and config["facts"]["hardware"]["device"] == "cpu"
     saved = {f.path for files in of_kind(before, "files") for f in files.files}
     assert {"results.json", "config.yaml", "metrics.csv"} <= saved
-    for name in ("results.json", "config.yaml"):
-        assert (folders[0] / "files" / name).resolve() == (run_dir / name).resolve()
-    [artifact] = of_kind(before, "artifact")
-    staged = [Path(entry.local_path) for entry in artifact.manifest.contents]
-    assert {e.path for e in artifact.manifest.contents} >= {"last.ckpt"}
-    assert all(p.is_file() and p.resolve().is_relative_to(run_dir.resolve()) for p in staged), staged
+    for name in ("results.json", "config.yaml"):  # copies in the run's files folder, not links
+        kept = folders[0] / "files" / name
+        assert not kept.is_symlink() and kept.read_bytes() == (run_dir / name).read_bytes()
+    assert not of_kind(before, "artifact")  # offline, the model artifact waits for sync
+    [pending] = read_pending(run_dir)
+    assert (pending["name"], pending["run_id"], pending["uploaded"]) == (f"model-{run_id}", run_id, None)
+    assert {f["path"] for f in pending["files"]} >= {"checkpoints/last.ckpt"}
     leaked = [p for p in (tmp_path / "home").rglob("*") if "wandb" in str(p).lower()]
     assert not leaked, leaked
 
@@ -233,6 +238,148 @@ def test_sync_dry_run_lists_what_it_would_upload_and_why_it_skips(tmp_path, caps
     done = subprocess.run([sys.executable, "-m", "reproductions", "sync", str(tmp_path / "nowhere")], cwd=REPO,
                           env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert done.returncode == 2 and "does not exist" in last_line(done)
+
+
+@pytest.mark.slow
+def test_a_moved_copy_of_runs_keeps_its_files_and_its_model_artifact(tmp_path):
+    """An offline fit with --run.log_model true, then runs/ moved elsewhere: no link that points
+    outside (or to the old place), no file record naming the old place, no staged artifact; sync
+    --dry-run there lists the run and its pending model artifact with both checkpoints present,
+    and a missing checkpoint as missing."""
+    done = fit(tmp_path, "--trainer.max_epochs", "1", "--run.log_model", "true")
+    assert done.returncode == 0, last_line(done)
+    old, new = tmp_path / "runs", tmp_path / "elsewhere" / "runs"
+    new.parent.mkdir()
+    shutil.move(old, new)
+    run_dir = new / RUN.relative_to("runs")
+    run_id = read_run_id(run_dir)
+    links = [p for p in new.rglob("*") if p.is_symlink()]
+    assert links and all(not os.path.isabs(os.readlink(p)) and p.exists() for p in links), links
+    [folder] = offline_folders(run_dir)
+    records = records_of(folder)
+    saved = [f.path for files in of_kind(records, "files") for f in files.files]
+    assert {"results.json", "config.yaml", "metrics.csv", "hparams.yaml"} <= set(saved)
+    for name in saved:  # relative to the files folder, a plain file there
+        assert not os.path.isabs(name) and str(old) not in name
+        assert (folder / "files" / name).is_file() and not (folder / "files" / name).is_symlink(), name
+    assert not of_kind(records, "artifact") and not list((run_dir / "wandb").rglob("staging/*"))
+    [pending] = read_pending(run_dir)
+    assert pending["aliases"] == ["last", "best", "variant-default", "seed-0"] and len(pending["files"]) == 2
+    assert all(not os.path.isabs(f["path"]) and (run_dir / f["path"]).is_file() for f in pending["files"])
+
+    listed = repro(tmp_path, "sync", str(new), "--dry-run")
+    assert listed.returncode == 0 and last_line(listed) == "dry run: nothing uploaded", listed.stdout + listed.stderr
+    assert f"upload  vit/digits/default/seed0  {run_id}" in listed.stdout
+    assert "model artifacts of offline runs: would upload 1, skipping 0" in listed.stdout
+    [line] = [line for line in listed.stdout.splitlines() if line.startswith("  artifact")]
+    assert f"vit/digits/default/seed0  model-{run_id} (model; last, best, variant-default, seed-0)" in line
+    best = next(f["path"] for f in pending["files"] if f["name"] != "last.ckpt")
+    for path in ("checkpoints/last.ckpt", best):  # present, with their sizes
+        assert f"{path} {(run_dir / path).stat().st_size / 1e6:.2f} MB" in line
+    assert "missing" not in line
+    (run_dir / best).unlink()
+    out = io.StringIO()
+    assert sync_main([str(new), "--dry-run"], out=out) == 0
+    assert f"{best} missing: files missing" in out.getvalue() and "would upload 0, skipping 1" in out.getvalue()
+
+
+def _pending_run(runs: Path, run_id: str = "abc") -> Path:
+    """A run directory with an offline run folder and a pending model artifact of two checkpoints."""
+    run_dir = runs / "s-cpu" / "a" / "seed0"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"l" * 1000)
+    (run_dir / "checkpoints" / "best-epoch000.ckpt").write_bytes(b"b" * 2000)
+    _fake_run(run_dir, "20250101_000000", run_id)
+    (run_dir / RUN_ID_FILE).write_text(run_id + "\n")
+    keep_pending(run_dir, {
+        "name": f"model-{run_id}", "type": "model", "run_id": run_id, "project": "proj", "entity": None,
+        "aliases": ["last", "best", "variant-a", "seed-0"], "metadata": {"test/acc": 0.5},
+        "files": [{"name": "last.ckpt", "path": "checkpoints/last.ckpt", "bytes": 1000},
+                  {"name": "best-epoch000.ckpt", "path": "checkpoints/best-epoch000.ckpt", "bytes": 2000}],
+    })  # fmt: skip
+    return run_dir
+
+
+def test_sync_logs_a_pending_model_artifact_into_its_uploaded_run_once(tmp_path, monkeypatch):
+    """After ``wandb sync`` (stubbed: it marks the folders uploaded), sync resumes the run by id
+    (resume="must", online), logs the artifact from the moved files with its aliases, finishes,
+    and marks the entry uploaded; an upload that fails leaves it pending and exits 1; the next
+    sync uploads it without syncing the run again, and the one after skips it."""
+    run_dir = _pending_run(tmp_path / "old")
+    new = tmp_path / "new"
+    shutil.move(tmp_path / "old", new)
+    run_dir = new / run_dir.relative_to(tmp_path / "old")
+    calls: list = []
+    fail = {"wait": True}
+
+    class Artifact:
+        def __init__(self, name, type, metadata=None):
+            self.name, self.type, self.metadata, self.files = name, type, metadata, []
+
+        def add_file(self, local_path, name=None, **kw):
+            self.files.append((name, Path(local_path), kw.get("policy")))
+
+        def wait(self, timeout=None):
+            calls.append(("wait", timeout))
+            if fail["wait"]:
+                raise TimeoutError("artifact upload did not finish")
+            return self
+
+    class Run:
+        def log_artifact(self, artifact, aliases=None):
+            calls.append(("log_artifact", artifact, aliases))
+            return artifact
+
+        def finish(self, exit_code=None):
+            calls.append(("finish",))
+
+    def init(**kw):
+        calls.append(("init", kw))
+        return Run()
+
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=init, Artifact=Artifact, Settings=dict, run=None))
+    monkeypatch.setattr(sync, "has_key", lambda: True)
+    monkeypatch.setattr(sync, "server", lambda: "https://wandb.example")
+    monkeypatch.setattr(sync, "reachable", lambda url: None)
+    synced: list = []
+
+    def wandb_sync(command, env):
+        synced.append(command)
+        for arg in command:
+            for f in Path(arg).glob("*.wandb") if Path(arg).is_dir() else []:
+                Path(f"{f}.synced").touch()
+        return 0
+
+    monkeypatch.setattr(sync, "run_wandb_sync", wandb_sync)
+
+    out = io.StringIO()
+    assert sync_main([str(new), "--artifact-timeout", "5"], out=out) == 1  # the upload fails: still pending
+    assert len(synced) == 1 and "not uploaded: model-abc (rerun to retry)" in out.getvalue()
+    assert read_pending(run_dir)[0]["uploaded"] is None and calls[-1] == ("finish",)
+
+    calls.clear()
+    fail["wait"] = False
+    out = io.StringIO()
+    assert sync_main([str(new)], out=out) == 0, out.getvalue()
+    assert len(synced) == 1  # the run itself was uploaded already
+    [init_kw] = [c[1] for c in calls if c[0] == "init"]
+    assert {k: init_kw[k] for k in ("id", "resume", "mode", "project")} == {
+        "id": "abc", "resume": "must", "mode": "online", "project": "proj"}  # fmt: skip
+    [(_, artifact, aliases)] = [c for c in calls if c[0] == "log_artifact"]
+    assert (artifact.name, artifact.type, artifact.metadata) == ("model-abc", "model", {"test/acc": 0.5})
+    assert aliases == ["last", "best", "variant-a", "seed-0"]
+    assert [(n, p, pol) for n, p, pol in artifact.files] == [
+        ("last.ckpt", run_dir / "checkpoints" / "last.ckpt", "immutable"),
+        ("best-epoch000.ckpt", run_dir / "checkpoints" / "best-epoch000.ckpt", "immutable")]  # fmt: skip
+    assert ("wait", 600) in calls and calls[-1] == ("finish",)
+    assert read_pending(run_dir)[0]["uploaded"] and out.getvalue().rstrip().endswith("1 of 1 model artifact(s)")
+
+    calls.clear()
+    out = io.StringIO()
+    assert sync_main([str(new)], out=out) == 0
+    assert not calls and len(synced) == 1 and out.getvalue().rstrip().endswith("nothing to upload")
+    assert "skip      s-cpu/a/seed0  model-abc" in out.getvalue() and "already uploaded" in out.getvalue()
+    assert json.loads((run_dir / PENDING_FILE).read_text())["artifacts"][0]["name"] == "model-abc"
 
 
 @pytest.mark.slow
