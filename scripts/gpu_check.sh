@@ -11,7 +11,8 @@
 #               device, bf16 MixedPrecisionPolicy, fp32 master weights): 2 epochs x 20 steps of batch 64
 #               on the digits upsampled to 224 px (generated data: no download), then test
 #   3. compile  the same run's training under DDP on 1 device with torch.compile and bf16-mixed (the gpu
-#               profiles' setting), no validation or test (their eval graphs would be compiled too)
+#               profiles' setting), no validation, test or attention analysis (their graphs would be
+#               compiled too)
 # Every stage has a time limit, and all of them together GPU_CHECK_BUDGET seconds (default 450): a stage
 # that would run past the budget gets what is left, or is skipped. The benchmark and the runs stop
 # themselves a little before their limit (bench --budget, --trainer.max_time) and write what they measured;
@@ -149,9 +150,10 @@ fi
 stage bench 110 "$PYTHON" -m reproductions bench gpu "${BENCH[@]}" --budget "@LIMIT-25@" --out "$OUT_DIR/bench_gpu.json"
 stage fsdp 80 "$PYTHON" -m reproductions "${RUN[@]}" --config reproductions/vit/configs/overlays/fsdp.yaml \
   "${FSDP_POLICY[@]}" --trainer.max_time '{"seconds": @LIMIT-35@}' --run.variant fsdp2
-# training only: validation and test would compile the eval graphs too (another 20-40 s)
+# training only: validation, test and the attention analysis at the end of the fit would compile their
+# graphs too (another 20-60 s for ViT-B/16)
 stage compile 140 "$PYTHON" -m reproductions "${RUN[@]}" --trainer.strategy ddp --model.init_args.compile true \
-  --trainer.precision "$PRECISION" --trainer.limit_val_batches 0 --run.test_after_fit false \
+  --trainer.precision "$PRECISION" --trainer.limit_val_batches 0 --run.test_after_fit false --run.attention_analysis false \
   --trainer.max_time '{"seconds": @LIMIT-30@}' --run.variant ddp-compiled
 trap - TERM INT
 
