@@ -118,9 +118,9 @@ def test_fit_resume_test_and_overwrite_keep_one_run_per_directory_and_its_files_
     assert config["facts"]["git_commit"] and config["facts"]["hardware"]["device"] == "cpu"
     saved = {f.path for files in of_kind(before, "files") for f in files.files}
     assert {"results.json", "config.yaml", "metrics.csv"} <= saved
-    for name in ("results.json", "config.yaml"):  # copies in the run's files folder, not links
-        kept = folders[0] / "files" / name
-        assert not kept.is_symlink() and kept.read_bytes() == (run_dir / name).read_bytes()
+    for name in ("results.json", "config.yaml"):  # copies in each process's files folder, not links
+        assert not (folders[0] / "files" / name).is_symlink() and (folders[0] / "files" / name).is_file()
+        assert (folders[-1] / "files" / name).read_bytes() == (run_dir / name).read_bytes()  # the resumed fit's
     assert not of_kind(before, "artifact")  # offline, the model artifact waits for sync
     [pending] = read_pending(run_dir)
     assert (pending["name"], pending["run_id"], pending["uploaded"]) == (f"model-{run_id}", run_id, None)
