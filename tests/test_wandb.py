@@ -461,3 +461,5 @@ def test_report_run_is_data_and_reporting_again_continues_it(tmp_path, monkeypat
     assert [r[columns.index("mean")] for r in numbers["data"]] == [r[columns.index("mean")] for r in rows]
     claims = json.loads((folders[-1] / "files" / logged["report/claims"]["path"]).read_text())
     assert claims["columns"] == ["claim", "comparison", "difference", "s.e.", "verdict"] and claims["data"]
+    [saved] = (folders[-1] / "files").glob("*.md")  # the report itself: a copy with the run, not a link
+    assert not saved.is_symlink() and saved.read_text() == (experiment / saved.name).read_text()

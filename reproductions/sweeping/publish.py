@@ -93,7 +93,7 @@ def publish(plan: Plan, report, project: str = "attention-repro") -> str:
     returns its W&B run id. Offline unless a key is configured (``tracking.wandb_offline``)."""
     import wandb
 
-    from reproductions.tracking import init_run, keep_run_id, wandb_offline
+    from reproductions.tracking import init_run, keep_run_id, save_with_run, wandb_offline
 
     directory = plan.experiment_dir
     run_id = keep_run_id(directory)
@@ -119,7 +119,7 @@ def publish(plan: Plan, report, project: str = "attention-repro") -> str:
         run.log(payload, step=step)
         run.summary["report/missing_runs"] = len(report.missing)
         run.summary["report/finished_runs"] = sum(row[columns.index("n")] or 0 for row in rows)
-        run.save(str(report.path), base_path=str(report.path.parent), policy="now")
+        save_with_run(run, report.path.parent, [report.path.name])  # a copy with the run, not a link
         return run.id
     finally:
         run.finish()
