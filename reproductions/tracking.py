@@ -10,9 +10,11 @@ true``, or a fresh attempt after an unfinished one, whose checkpoints are remove
 ``<experiment>/<variant>/seed<k>/<command>``, with the fit's run id in its config
 (``fit_run_id``): an evaluation never rewrites the fit run's history or summary.
 
-Everything the run's W&B records refer to lies under the run directory: the offline run files
-(``wandb/offline-run-*``), the staged copies of artifact files (``wandb/data``: W&B's
-``WANDB_DATA_DIR``), its cache and downloads (``wandb/cache``, ``wandb/artifacts``).
+Everything the run's W&B records refer to lies under the run directory, by relative path, so a
+copy of the directory elsewhere uploads completely: the offline run files (``wandb/offline-run-*``,
+with copies of the run's files in ``files/``, ``save_with_run``), W&B's data folder (``wandb/data``:
+``WANDB_DATA_DIR``), its cache and downloads (``wandb/cache``, ``wandb/artifacts``), and an offline
+run's pending model artifact (``wandb/pending_artifacts.json``, ``reproductions.artifacts``).
 
 Mode: offline unless the user has a W&B key (env or netrc) or chose a mode via WANDB_MODE. An
 online run whose server does not answer within ``WANDB_INIT_TIMEOUT`` seconds (default 30)
