@@ -337,7 +337,8 @@ def test_sync_logs_a_pending_model_artifact_into_its_uploaded_run_once(tmp_path,
         calls.append(("init", kw))
         return Run()
 
-    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=init, Artifact=Artifact, Settings=dict, run=None))
+    stub = types.SimpleNamespace(init=init, Artifact=Artifact, Settings=dict, run=None)
+    monkeypatch.setitem(sys.modules, "wandb", stub)
     monkeypatch.setattr(sync, "has_key", lambda: True)
     monkeypatch.setattr(sync, "server", lambda: "https://wandb.example")
     monkeypatch.setattr(sync, "reachable", lambda url: None)
