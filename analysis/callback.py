@@ -95,6 +95,7 @@ class AttentionDistanceCallback(Callback):
         self.figures: dict[str, Path] = {}
 
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        log_dir = trainer.log_dir  # every rank: under DDP it is a broadcast that all processes must join
         if not trainer.is_global_zero:
             return
         net = getattr(pl_module, "net", pl_module)
@@ -132,7 +133,6 @@ class AttentionDistanceCallback(Callback):
             logger.log_metrics(metrics, step=trainer.global_step)
             logger.save()
 
-        log_dir = trainer.log_dir
         if log_dir is None:
             return
         out = Path(log_dir) / "analysis"
