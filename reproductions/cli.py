@@ -38,8 +38,6 @@ Reliability (what a run guarantees; reproductions/errors.py and reproductions/ru
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import shlex
 import signal
 import sys
@@ -63,23 +61,26 @@ from lightning_modules.callbacks import (
     StopOnNonFiniteLoss,
     TrainingClock,
 )
-from lightning_modules.checkpoint_io import AtomicCheckpointIO, CheckpointError, CheckpointWriteError, checkpoint_step
-from lightning_modules.checkpoint_io import load_checkpoint as load_user_checkpoint
+from lightning_modules.checkpoint_io import AtomicCheckpointIO, CheckpointWriteError
 from lightning_modules.csv_logger import ResumableCSVLogger
 from reproductions.errors import RunFailed, RunInterrupted, UsageError, config_message, exception_chain, one_line
 from reproductions.errors import parser_error
-from reproductions.model_check import model_differences, refusal
+from reproductions.ckpt_paths import is_keyword, keyword_checkpoint, merge_model, read_checkpoint, resume_point
 from reproductions.rendezvous import bound_rendezvous, check_launch, exit_on_signal
 from reproductions.signals import StopAtTheSameStep, StopSignals, slurm_requeue
 from reproductions.results import RESULTS_FILE, environment, git_at_end, git_state, write_results
-from reproductions.rundir import RunDirLock, check_root, finished_results, stale_checkpoints
+from reproductions.rundir import (
+    RunDirLock,
+    check_root,
+    experiment_name,
+    finished_results,
+    is_rank_zero,
+    stale_checkpoints,
+)
 from reproductions.artifacts import log_checkpoints
 from reproductions.tracking import log_results, log_status, read_run_id, run_facts, run_logger
 from utils.atomic import atomic_write_text
 
-REPRODUCTIONS_DIR = Path(__file__).resolve().parent
-#: folders whose configs modify an experiment rather than name one (see ``experiment_name``)
-OVERLAY_FOLDERS = {"overlays", "sources"}
 
 
 @dataclass
@@ -129,27 +130,6 @@ class RunOptions:
     nonfinite_patience: int = 0
     rendezvous_timeout: float = 60.0
     attention_analysis: bool = True
-
-
-def experiment_name(config_paths: list) -> str:
-    """``reproductions/vit/configs/digits.yaml`` -> ``vit/digits``; no config -> ``default``.
-
-    The last config names the experiment, skipping overlays: files in a folder named
-    ``overlays`` (e.g. ``vit/configs/overlays/fsdp.yaml``: how a run is executed) or ``sources``
-    (e.g. ``bst/sources/movielens_1m.yaml``: which data it reads). So ``--config
-    bst/configs/wdl.yaml --config bst/sources/movielens_1m.yaml`` is ``bst/wdl``, and two models
-    given the same overlay never share a run directory.
-    """
-    experiments = [p for p in config_paths if not OVERLAY_FOLDERS & set(Path(str(p)).parts[:-1])]
-    if not experiments:
-        return "default" if not config_paths else Path(str(config_paths[-1])).stem
-    path = Path(str(experiments[-1])).resolve()
-    try:
-        rel = path.relative_to(REPRODUCTIONS_DIR)
-    except ValueError:
-        return path.stem
-    parts = [p for p in rel.with_suffix("").parts if p != "configs"]
-    return "/".join(parts)
 
 
 class SaveAndLogConfig(SaveConfigCallback):
@@ -206,17 +186,6 @@ def count_limits_as_ints(parser) -> None:
                 action._typehint = rebuilt
 
 
-def is_rank_zero() -> bool:
-    """Whether this process is the job's first (rank 0): every rank variable is 0 or unset."""
-    for var in ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "SLURM_PROCID"):
-        try:
-            if int(os.environ.get(var) or 0) != 0:
-                return False
-        except ValueError:
-            continue
-    return True
-
-
 def _as_list(value) -> list:
     if value is None:
         return []
@@ -268,38 +237,14 @@ class ReproductionCLI(LightningCLI):
 
     def _parse_ckpt_path(self) -> None:
         """Check ``--ckpt_path`` (exists, is a checkpoint, loads weights-only) before anything is
-        touched; then, as Lightning does, take the model's hyper-parameters from it."""
+        touched; then take the model it fixes (reproductions/ckpt_paths.py)."""
         subcommand = self.config.get("subcommand")
         if not subcommand:
             return
         ckpt_path = self.config[subcommand].get("ckpt_path")
-        if not ckpt_path or str(ckpt_path) in ("last", "best", "hpc", "registry") or str(ckpt_path).startswith(
-                "registry:"):
+        if not ckpt_path or is_keyword(ckpt_path):
             return
-        try:
-            checkpoint = load_user_checkpoint(ckpt_path, what="--ckpt_path", mmap=True)
-        except CheckpointError as e:
-            raise UsageError(str(e)) from e
-        self.resume_step = checkpoint_step(checkpoint)
-        self._take_model_hparams(subcommand, ckpt_path, checkpoint)
-
-    def _take_model_hparams(self, subcommand: str, ckpt_path, checkpoint: dict) -> None:
-        """The model's hyper-parameters from the checkpoint: a config that sets any of them differently is
-        refused (reproductions/model_check.py); what it leaves unset is taken from the checkpoint."""
-        hparams = dict(checkpoint.get("hyper_parameters") or {})
-        hparams.pop("_instantiator", None)
-        if not hparams:
-            return
-        differences = model_differences(self.config[subcommand].get("model"), hparams, subcommand)
-        if differences:
-            raise UsageError(refusal(differences, ckpt_path, subcommand))
-        if "_class_path" in hparams:
-            hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
-        try:
-            self.config = self.parser.parse_object({subcommand: {"model": hparams}}, self.config)
-        except (argparse.ArgumentError, SystemExit) as e:
-            raise UsageError(f"--ckpt_path {ckpt_path}: its model hyper-parameters do not fit this config "
-                             f"({parser_error(e)}); give a checkpoint of this experiment") from e
+        self.config = merge_model(self.parser, self.config, subcommand, ckpt_path, read_checkpoint(ckpt_path))
 
     # ------------------------------------------------------------------ run directory
     def before_instantiate_classes(self) -> None:
@@ -316,54 +261,16 @@ class ReproductionCLI(LightningCLI):
         if run.nonfinite_patience < 0:
             raise UsageError(f"--run.nonfinite_patience={run.nonfinite_patience} must be >= 0 (steps with a NaN/inf "
                              "loss tolerated in a row; 0 stops at the first)")
-        if self._resolve_ckpt_keyword(cfg):
-            cfg = self.config[self.subcommand]  # the checkpoint's model hyper-parameters were merged in
-        if self.subcommand == "fit":
-            self._find_resume(cfg)
-
-    def _resolve_ckpt_keyword(self, cfg) -> bool:
-        """``--ckpt_path last`` / ``best``: this run directory's ``checkpoints/last.ckpt`` / its one
-        ``best-*.ckpt``, checked like a path; a missing one is an error, never "no checkpoint"
-        (Lightning would test or validate random weights with a warning)."""
         keyword = cfg.get("ckpt_path")
-        if keyword not in ("last", "best"):
-            return False
-        folder = self.run_dir / "checkpoints"
-        found = [folder / "last.ckpt"] if keyword == "last" else sorted(folder.glob("best-*.ckpt"))
-        found = [p for p in found if p.is_file()]
-        if len(found) != 1:
-            what = "no" if not found else f"{len(found)}"
-            raise UsageError(f"--ckpt_path {keyword}: {what} {keyword} checkpoint in {folder}; give a checkpoint "
-                             "file, or the --config/--run.* options of the run that wrote it")
-        try:
-            checkpoint = load_user_checkpoint(found[0], what=f"--ckpt_path {keyword}", mmap=True)
-        except CheckpointError as e:
-            raise UsageError(str(e)) from e
-        cfg.ckpt_path = str(found[0])
-        self.resume_step = checkpoint_step(checkpoint)
-        self._take_model_hparams(self.subcommand, found[0], checkpoint)
-        return True
-
-    def _find_resume(self, cfg) -> None:
-        """Which checkpoint of this run directory ``fit`` resumes, if any (``--ckpt_path`` inside the
-        run directory, or under SLURM Lightning's ``hpc_ckpt_*.ckpt``)."""
-        ckpt_path = cfg.get("ckpt_path")
-        if ckpt_path is None and slurm_requeue():
-            hpc = sorted(self.run_dir.glob("hpc_ckpt_*.ckpt"), key=lambda p: int(re.sub(r"\D", "", p.stem) or 0))
-            if hpc:
-                try:
-                    self.resume_step = checkpoint_step(load_user_checkpoint(hpc[-1], what="hpc checkpoint", mmap=True))
-                except CheckpointError as e:
-                    raise RunFailed(str(e)) from e
-                ckpt_path = str(hpc[-1])
-        if ckpt_path and Path(ckpt_path).is_file():
-            try:
-                Path(ckpt_path).resolve().relative_to(self.run_dir.resolve())
-                self.resume_from = Path(ckpt_path)
-            except ValueError:
-                self.resume_from = None  # another run's checkpoint: this one starts fresh from it
-        if self.resume_from is None:
-            self.resume_step = None
+        if keyword in ("last", "best"):  # this run directory's; checked like a path
+            path = keyword_checkpoint(keyword, self.run_dir)
+            checkpoint = read_checkpoint(path, what=f"--ckpt_path {keyword}")
+            self.config = merge_model(self.parser, self.config, self.subcommand, path, checkpoint)
+            cfg = self.config[self.subcommand]
+            cfg.ckpt_path = str(path)
+        if self.subcommand == "fit":
+            self.resume_from, self.resume_step = resume_point(cfg.get("ckpt_path"), self.run_dir,
+                                                              requeued=slurm_requeue())
 
     def instantiate_classes(self) -> None:
         """Lightning's, with every error in building the classes turned into one line (exit 2)."""

@@ -1,5 +1,7 @@
-"""The run directory's rules: one run at a time (a lock), a finished run is never overwritten by
-accident, and a fresh attempt starts without the checkpoints of an earlier one.
+"""The run directory's name and rules: ``<root>/<experiment>/<variant>/seed<k>/`` with the experiment
+named by its config (``experiment_name``); one run at a time (a lock, taken by the job's first
+process, ``is_rank_zero``), a finished run is never overwritten by accident, and a fresh attempt
+starts without the checkpoints of an earlier one.
 
 Lock. ``<run dir>/run.lock`` is created atomically (``O_CREAT | O_EXCL``) by the run that uses
 the directory and holds JSON: pid, host, start time, the command, the process's start time in
@@ -25,6 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from reproductions.errors import RunFailed, UsageError
+
+REPRODUCTIONS_DIR = Path(__file__).resolve().parent  # reproductions/
+#: folders whose configs modify an experiment rather than name one (see ``experiment_name``)
+OVERLAY_FOLDERS = {"overlays", "sources"}
 
 LOCK_FILE = "run.lock"
 
@@ -227,3 +233,35 @@ def stale_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
         return []
     return sorted([*folder.glob("best-*.ckpt"), *folder.glob("last.ckpt"), *folder.glob("last-v*.ckpt"),
                    *folder.glob(".*.tmp")])
+
+
+def experiment_name(config_paths: list) -> str:
+    """``reproductions/vit/configs/digits.yaml`` -> ``vit/digits``; no config -> ``default``.
+
+    The last config names the experiment, skipping overlays: files in a folder named
+    ``overlays`` (e.g. ``vit/configs/overlays/fsdp.yaml``: how a run is executed) or ``sources``
+    (e.g. ``bst/sources/movielens_1m.yaml``: which data it reads). So ``--config
+    bst/configs/wdl.yaml --config bst/sources/movielens_1m.yaml`` is ``bst/wdl``, and two models
+    given the same overlay never share a run directory.
+    """
+    experiments = [p for p in config_paths if not OVERLAY_FOLDERS & set(Path(str(p)).parts[:-1])]
+    if not experiments:
+        return "default" if not config_paths else Path(str(config_paths[-1])).stem
+    path = Path(str(experiments[-1])).resolve()
+    try:
+        rel = path.relative_to(REPRODUCTIONS_DIR)
+    except ValueError:
+        return path.stem
+    parts = [p for p in rel.with_suffix("").parts if p != "configs"]
+    return "/".join(parts)
+
+
+def is_rank_zero() -> bool:
+    """Whether this process is the job's first (rank 0): every rank variable is 0 or unset."""
+    for var in ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "SLURM_PROCID"):
+        try:
+            if int(os.environ.get(var) or 0) != 0:
+                return False
+        except ValueError:
+            continue
+    return True

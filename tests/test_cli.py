@@ -14,7 +14,8 @@ import torch
 import yaml
 
 from reproductions.artifacts import read_pending
-from reproductions.cli import experiment_name, main as cli_main
+from reproductions.cli import main as cli_main
+from reproductions.rundir import experiment_name
 from reproductions.errors import UsageError
 from reproductions.tracking import wandb_offline
 from reproductions.results import RESULTS_FILE, read_results

@@ -1,0 +1,96 @@
+"""What ``--ckpt_path`` names, decided before anything in a run directory is touched.
+
+- a file: it must exist and load as a checkpoint of this repository (weights only), else one
+  ``error:`` line (``read_checkpoint``);
+- ``last`` / ``best``: this run directory's ``checkpoints/last.ckpt`` / its one ``best-*.ckpt``; a
+  missing one is an error, never "no checkpoint" (Lightning would test or validate random weights
+  with a warning) (``keyword_checkpoint``);
+- which checkpoint ``fit`` resumes: ``--ckpt_path`` inside the run directory, or under SLURM
+  Lightning's newest ``hpc_ckpt_*.ckpt`` (``resume_point``); a checkpoint of another run starts
+  this one from its weights and state without continuing that run's directory;
+- the model it fixes: ``merge_model`` refuses a config that gives the model differently
+  (reproductions/model_check.py) and takes what the config leaves unset from the checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from lightning_modules.checkpoint_io import CheckpointError, checkpoint_step
+from lightning_modules.checkpoint_io import load_checkpoint as load_user_checkpoint
+from reproductions.errors import RunFailed, UsageError, parser_error
+from reproductions.model_check import model_differences, refusal
+
+#: values of ``--ckpt_path`` that Lightning resolves itself (or that name this run directory's files)
+KEYWORDS = ("last", "best", "hpc", "registry")
+
+
+def read_checkpoint(path, *, what: str = "--ckpt_path", error: type[Exception] = UsageError) -> dict:
+    """The checkpoint at ``path`` (memory-mapped), or ``error`` with the one line saying why not."""
+    try:
+        return load_user_checkpoint(path, what=what, mmap=True)
+    except CheckpointError as e:
+        raise error(str(e)) from e
+
+
+def is_keyword(ckpt_path) -> bool:
+    return str(ckpt_path) in KEYWORDS or str(ckpt_path).startswith("registry:")
+
+
+def keyword_checkpoint(keyword: str, run_dir: Path) -> Path:
+    """The file ``--ckpt_path last`` / ``best`` names in ``run_dir``."""
+    folder = Path(run_dir) / "checkpoints"
+    found = [folder / "last.ckpt"] if keyword == "last" else sorted(folder.glob("best-*.ckpt"))
+    found = [p for p in found if p.is_file()]
+    if len(found) != 1:
+        what = "no" if not found else f"{len(found)}"
+        raise UsageError(f"--ckpt_path {keyword}: {what} {keyword} checkpoint in {folder}; give a checkpoint "
+                         "file, or the --config/--run.* options of the run that wrote it")
+    return found[0]
+
+
+def hpc_checkpoint(run_dir: Path) -> Path | None:
+    """Lightning's newest SLURM requeue checkpoint in ``run_dir``, if any."""
+    hpc = sorted(Path(run_dir).glob("hpc_ckpt_*.ckpt"), key=lambda p: int(re.sub(r"\D", "", p.stem) or 0))
+    return hpc[-1] if hpc else None
+
+
+def resume_point(ckpt_path, run_dir: Path, *, requeued: bool) -> tuple[Path | None, int | None]:
+    """``(checkpoint fit resumes in run_dir, its logging step)``; ``(None, None)`` for a fresh run
+    (no checkpoint, or another run's). ``requeued``: a SLURM job, which resumes its hpc checkpoint."""
+    step = None
+    if ckpt_path is None and requeued:
+        hpc = hpc_checkpoint(run_dir)
+        if hpc is not None:
+            step = checkpoint_step(read_checkpoint(hpc, what="hpc checkpoint", error=RunFailed))
+            ckpt_path = str(hpc)
+    if not ckpt_path or not Path(ckpt_path).is_file():
+        return None, None
+    try:
+        Path(ckpt_path).resolve().relative_to(Path(run_dir).resolve())
+    except ValueError:
+        return None, None  # another run's checkpoint: this one starts fresh from it
+    if step is None:
+        step = checkpoint_step(read_checkpoint(ckpt_path))
+    return Path(ckpt_path), step
+
+
+def merge_model(parser, config, subcommand: str, ckpt_path, checkpoint: dict):
+    """``config`` with the checkpoint's model: refused (UsageError) if the config gives any model setting
+    differently; what the config leaves unset is taken from the checkpoint (Lightning's rule)."""
+    hparams = dict(checkpoint.get("hyper_parameters") or {})
+    hparams.pop("_instantiator", None)
+    if not hparams:
+        return config
+    differences = model_differences(config[subcommand].get("model"), hparams, subcommand)
+    if differences:
+        raise UsageError(refusal(differences, ckpt_path, subcommand))
+    if "_class_path" in hparams:
+        hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
+    try:
+        return parser.parse_object({subcommand: {"model": hparams}}, config)
+    except (argparse.ArgumentError, SystemExit) as e:
+        raise UsageError(f"--ckpt_path {ckpt_path}: its model hyper-parameters do not fit this config "
+                         f"({parser_error(e)}); give a checkpoint of this experiment") from e
