@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from reproductions.errors import RunFailed
-from reproductions.tracking import init_timeout, read_run_id, results_summary, wandb_runs
+from reproductions.tracking import init_timeout, offline_folder, read_run_id, results_summary, wandb_runs
 from utils.atomic import atomic_write_json
 
 #: the file that keeps a run directory's model artifacts that are not uploaded yet, under it
@@ -144,8 +144,9 @@ def find_pending(root: str | os.PathLike) -> list[tuple[Path, dict[str, Any]]]:
     """Every artifact entry kept under ``root`` (a run directory, a folder of them, or one offline
     run folder ``<dir>/wandb/offline-run-*``), as ``(run directory, entry)``."""
     root = Path(root)
-    if root.name.startswith("offline-run-") and root.parent.name == "wandb":
-        run_id = root.name.rsplit("-", 1)[-1]
+    parsed = offline_folder(root.name)
+    if parsed is not None and root.parent.name == "wandb":
+        run_id = parsed[1]
         return [(root.parent.parent, e) for e in read_pending(root.parent.parent) if e["run_id"] == run_id]
     files = sorted(root.rglob(PENDING_FILE.name))
     return [(f.parent.parent, e) for f in files if f.parent.name == "wandb" for e in read_pending(f.parent.parent)]

@@ -37,9 +37,8 @@ from typing import TextIO
 
 from reproductions.artifacts import DEFAULT_UPLOAD_TIMEOUT, entry_files, entry_state, find_pending, upload_pending
 from reproductions.errors import RunFailed, UsageError
-from reproductions.tracking import read_run_id
+from reproductions.tracking import offline_folder, read_run_id
 
-_FOLDER = re.compile(r"^offline-run-(\d{8}_\d{6})-([a-z0-9]+)$")
 
 
 @dataclass
@@ -70,14 +69,15 @@ def _state(folder: Path, run_id: str) -> str:
 def find_offline_runs(path: str | os.PathLike) -> list[OfflineRun]:
     """Every offline W&B run folder under ``path`` (``path`` itself may be one), by owner and start."""
     root = Path(path)
-    folders = [root] if _FOLDER.match(root.name) else sorted(root.rglob("offline-run-*"))
+    folders = [root] if offline_folder(root.name) else sorted(root.rglob("offline-run-*"))
     runs = []
     for folder in folders:
-        m = _FOLDER.match(folder.name)
-        if m is None or not folder.is_dir() or folder.parent.name != "wandb":
+        parsed = offline_folder(folder.name)
+        if parsed is None or not folder.is_dir() or folder.parent.name != "wandb":
             continue
-        runs.append(OfflineRun(folder, m.group(2), m.group(1), _state(folder, m.group(2))))
-    return sorted(runs, key=lambda r: (str(r.owner), r.started))
+        started, run_id, _ = parsed
+        runs.append(OfflineRun(folder, run_id, started, _state(folder, run_id)))
+    return sorted(runs, key=lambda r: (str(r.owner), r.started, offline_folder(r.folder.name)[2]))
 
 
 def _show(run: OfflineRun, base: Path) -> str:

@@ -73,6 +73,20 @@ def init_timeout() -> float:
 # --------------------------------------------------------------------------- ids and files
 
 
+#: an offline run folder: ``offline-run-<date>_<time>-<id>``, and ``-<n>`` when one of the same run
+#: started in the same second already had the name (a quick resume, a second report)
+_OFFLINE_FOLDER = re.compile(r"^offline-run-(\d{8}_\d{6})-([a-z0-9]+)(?:-(\d+))?$")
+
+
+def offline_folder(name: str) -> tuple[str, str, int] | None:
+    """``(start yyyymmdd_hhmmss, run id, n)`` of an offline W&B run folder's name (n: the ``-<n>``
+    suffix, 0 without), or None if ``name`` is not one."""
+    m = _OFFLINE_FOLDER.match(name)
+    if m is None:
+        return None
+    return m.group(1), m.group(2), int(m.group(3) or 0)
+
+
 def read_run_id(directory: str | os.PathLike) -> str | None:
     """The W&B run id kept in ``directory`` (``wandb/run_id``), or None."""
     try:

@@ -27,7 +27,7 @@ from reproductions.sweeping.collect import collect
 from reproductions import sync
 from reproductions.artifacts import PENDING_FILE, keep_pending, read_pending
 from reproductions.sync import find_offline_runs, main as sync_main
-from reproductions.tracking import RUN_ID_FILE, read_run_id
+from reproductions.tracking import RUN_ID_FILE, offline_folder, read_run_id
 from tests.helpers import wandb_records
 from tests.report_helpers import position_sweep, put
 
@@ -198,8 +198,8 @@ def test_an_unreachable_server_does_not_hang_the_run(tmp_path):
 # --------------------------------------------------------------------------- sync
 
 
-def _fake_run(directory: Path, stamp: str, run_id: str, synced: bool = False) -> Path:
-    folder = directory / "wandb" / f"offline-run-{stamp}-{run_id}"
+def _fake_run(directory: Path, stamp: str, run_id: str, synced: bool = False, suffix: str = "") -> Path:
+    folder = directory / "wandb" / f"offline-run-{stamp}-{run_id}{suffix}"
     folder.mkdir(parents=True)
     (folder / f"run-{run_id}.wandb").write_bytes(b":W&B\x00\x00\x00")
     if synced:
@@ -215,6 +215,7 @@ def test_sync_dry_run_lists_what_it_would_upload_and_why_it_skips(tmp_path, caps
     _fake_run(seed0, "20250101_000000", "aaa")  # an attempt replaced by a fresh fit
     _fake_run(seed0, "20250102_000000", "bbb")
     _fake_run(seed0, "20250103_000000", "bbb")  # resumed: the same run
+    _fake_run(seed0, "20250103_000000", "bbb", suffix="-1")  # resumed again within the same second: W&B adds -1
     _fake_run(seed1, "20250101_000000", "ccc", synced=True)
     _fake_run(runs / "s-cpu", "20250104_000000", "rep")  # the report run
     found = {(r.owner.relative_to(runs).as_posix(), r.run_id, r.state) for r in find_offline_runs(runs)}
@@ -223,7 +224,10 @@ def test_sync_dry_run_lists_what_it_would_upload_and_why_it_skips(tmp_path, caps
     out = io.StringIO()
     assert sync_main([str(runs), "--dry-run"], out=out) == 0
     text = out.getvalue()
-    assert "would upload 3 (2 W&B run(s)), skipping 2" in text and text.rstrip().endswith("dry run: nothing uploaded")
+    bbb = [r.folder.name for r in find_offline_runs(runs) if r.run_id == "bbb"]
+    assert bbb == ["offline-run-20250102_000000-bbb", "offline-run-20250103_000000-bbb",
+                   "offline-run-20250103_000000-bbb-1"]  # in the order they ran, none left out
+    assert "would upload 4 (2 W&B run(s)), skipping 2" in text and text.rstrip().endswith("dry run: nothing uploaded")
     # uploading without a key: one error line before anything is uploaded
     env = env_for(tmp_path, WANDB_MODE=None)
     done = subprocess.run([sys.executable, "-m", "reproductions", "sync", str(runs)], cwd=REPO, env=env,
@@ -446,7 +450,8 @@ def test_report_run_is_data_and_reporting_again_continues_it(tmp_path, monkeypat
     experiment = root / "pos-smoke"
     run_id = read_run_id(experiment)
     folders = offline_folders(experiment)
-    assert len(folders) == 2 and all(f.name.endswith(run_id) for f in folders)
+    # both reports in one second make a second folder ...-<id>-1: the same run either way
+    assert len(folders) == 2 and all(offline_folder(f.name)[1] == run_id for f in folders)
     records = records_of(folders[-1])
     [run] = of_kind(records, "run")
     assert (run.run_group, run.job_type, run.display_name) == ("pos-smoke", "report", "pos-smoke/report")
