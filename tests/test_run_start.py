@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from reproductions.model_check import model_differences, refusal
-from tests.test_faults import DIGITS, NET, REPO, RUN, TINY, _env, copy_run, finished, repro, usage_error  # noqa: F401
+from tests.test_faults import DIGITS, NET, REPO, RUN, TINY, _env, copy_run, finished, repro, repro_here, usage_error  # noqa: F401
 
 RESNET = "reproductions/vit/configs/resnet_fashion_mnist.yaml"
 TWO_NODES = ["--trainer.accelerator", "cpu", "--trainer.num_nodes", "2", "--trainer.strategy", "ddp"]
@@ -60,19 +60,19 @@ def test_other_nodes_that_never_join_time_out_naming_who_is_missing(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_stops_the_wait_for_the_other_nodes_at_once(signum, tmp_path):
-    """Two local processes (devices 2) of node 0 of 2 wait in C++ for node 1; the signal ends both."""
+@pytest.mark.parametrize("signum, devices", [(signal.SIGTERM, 2), (signal.SIGINT, 1)])
+def test_a_signal_stops_the_wait_for_the_other_nodes_at_once(signum, devices, tmp_path):
+    """The local processes (devices 2: two) of node 0 of 2 wait in C++ for node 1; the signal ends all."""
     log = tmp_path / "out.log"
     env = _env(NODE_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
     with open(log, "w") as f:
         proc = subprocess.Popen(
             [sys.executable, "-m", "reproductions", "fit", "--config", DIGITS, "--run.root", str(tmp_path / "runs"),
-             *TINY, *TWO_NODES, "--trainer.devices", "2"], cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT,
+             *TINY, *TWO_NODES, "--trainer.devices", str(devices)], cwd=REPO, env=env, stdout=f, stderr=subprocess.STDOUT,
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as a terminal's process gets it
     try:
         deadline = time.monotonic() + 240
-        while log.read_text().count("Initializing distributed") < 2:  # both processes are in the rendezvous
+        while log.read_text().count("Initializing distributed") < devices:  # all are in the rendezvous
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.5)
         time.sleep(1.0)
@@ -95,9 +95,9 @@ def test_a_signal_stops_the_wait_for_the_other_nodes_at_once(signum, tmp_path):
     assert not left, f"processes left running: {left}"
 
 
-def test_rendezvous_timeout_must_be_positive(tmp_path):
-    result = repro("fit", "--config", DIGITS, "--run.root", str(tmp_path / "runs"), *TINY,
-                   "--run.rendezvous_timeout", "0", case="rendezvous_timeout 0", timeout=120)
+def test_rendezvous_timeout_must_be_positive(tmp_path, capfd, monkeypatch):
+    result = repro_here("fit", "--config", DIGITS, "--run.root", str(tmp_path / "runs"), *TINY,
+                        "--run.rendezvous_timeout", "0", case="rendezvous_timeout 0", capfd=capfd, monkeypatch=monkeypatch)
     usage_error(result, "--run.rendezvous_timeout=0", "> 0")
 
 
