@@ -27,7 +27,8 @@ Reliability (what a run guarantees; reproductions/errors.py and reproductions/ru
 - A failed or interrupted fit writes results.json with ``status`` ``failed`` / ``interrupted``,
   the error and the step (never ``finished``).
 - SIGTERM / SIGUSR1 save ``checkpoints/last.ckpt`` at the current step (every process stops at
-  the same step; reproductions/signals.py) and exit with the command that resumes; under SLURM the job requeues itself (SIGUSR1) and resumes from Lightning's
+  the same step; reproductions/signals.py) and exit with the command that resumes; under SLURM
+  the job requeues itself (SIGUSR1) and resumes from Lightning's
   ``hpc_ckpt_*.ckpt``. Checkpoints are written atomically (``AtomicCheckpointIO``) and read
   with ``weights_only=True``.
 - Resuming keeps ``metrics.csv``'s earlier rows and the clock's totals (fit time, samples/s).
@@ -43,13 +44,13 @@ import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Union, get_args
+from typing import Literal
 
 from lightning import LightningDataModule, LightningModule, Trainer
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
-from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
+from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 
@@ -63,12 +64,13 @@ from lightning_modules.callbacks import (
 )
 from lightning_modules.checkpoint_io import AtomicCheckpointIO, CheckpointWriteError
 from lightning_modules.csv_logger import ResumableCSVLogger
+from reproductions.artifacts import log_checkpoints
+from reproductions.ckpt_paths import is_keyword, keyword_checkpoint, merge_model, read_checkpoint, resume_point
 from reproductions.errors import RunFailed, RunInterrupted, UsageError, config_message, exception_chain, one_line
 from reproductions.errors import parser_error
-from reproductions.ckpt_paths import is_keyword, keyword_checkpoint, merge_model, read_checkpoint, resume_point
 from reproductions.rendezvous import bound_rendezvous, check_launch, exit_on_signal
-from reproductions.signals import StopAtTheSameStep, StopSignals, slurm_requeue
-from reproductions.results import RESULTS_FILE, environment, git_at_end, git_state, write_results
+from reproductions.results import RESULTS_FILE, environment, fit_record, git_at_end, git_state, write_results
+from reproductions.run_config import SaveAndLogConfig, count_limits_as_ints
 from reproductions.rundir import (
     RunDirLock,
     check_root,
@@ -77,10 +79,8 @@ from reproductions.rundir import (
     is_rank_zero,
     stale_checkpoints,
 )
-from reproductions.artifacts import log_checkpoints
-from reproductions.tracking import log_results, log_status, read_run_id, run_facts, run_logger
-from utils.atomic import atomic_write_text
-
+from reproductions.signals import StopAtTheSameStep, StopSignals, slurm_requeue
+from reproductions.tracking import log_results, log_status, read_run_id, run_logger
 
 
 @dataclass
@@ -130,60 +130,6 @@ class RunOptions:
     nonfinite_patience: int = 0
     rendezvous_timeout: float = 60.0
     attention_analysis: bool = True
-
-
-class SaveAndLogConfig(SaveConfigCallback):
-    """Save the resolved config.yaml atomically (rank zero) and send it to W&B as the run config."""
-
-    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        if self.already_saved:
-            return
-        log_dir = trainer.log_dir if self.save_to_log_dir else None  # every rank: it broadcasts
-        if trainer.is_global_zero:
-            if log_dir is not None:
-                atomic_write_text(Path(log_dir) / self.config_filename, self.parser.dump(self.config, skip_none=False))
-            self.save_config(trainer, pl_module, stage)
-        self.already_saved = True
-
-    def save_config(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
-        """The W&B run config: the resolved tree once, plus the run's ``facts`` (code, hardware)."""
-        loggers = [logger for logger in trainer.loggers if isinstance(logger, WandbLogger)]
-        if not loggers:
-            return
-        config = self.config.clone()
-        config.pop("config", None)
-        tree = {**config.as_dict(), "facts": run_facts(trainer)}
-        for logger in loggers:
-            if hasattr(logger, "log_config"):
-                logger.log_config(tree)  # Lightning's flat copy of the module's hparams is left out
-            else:
-                logger.log_hyperparams(tree)
-
-
-#: Trainer arguments where Lightning reads an int as a number of batches and a float as a fraction
-COUNT_OR_FRACTION = ("limit_train_batches", "limit_val_batches", "limit_test_batches", "limit_predict_batches",
-                     "overfit_batches", "val_check_interval")
-
-
-def count_limits_as_ints(parser) -> None:
-    """Make ``--trainer.limit_val_batches 1`` the int 1 (one batch), not 1.0 (all batches).
-
-    Lightning types these ``Optional[Union[int, float]]``, but Python's typing cache can hand
-    jsonargparse the same union as ``Union[float, int, None]`` (``Union[int, float]`` and
-    ``Union[float, int]`` are equal, so a cached one is reused), and jsonargparse tries the
-    subtypes in order and turns 1 into 1.0. The parser's type hints are rebuilt with int first.
-    """
-    for action in getattr(parser, "_actions", []):
-        dest = getattr(action, "dest", "")
-        if dest.rpartition(".")[2] not in COUNT_OR_FRACTION or not dest.startswith("trainer."):
-            continue
-        hint = getattr(action, "_typehint", None)
-        args = get_args(hint)
-        if int in args and float in args and args.index(float) < args.index(int):
-            new = (int, float, *[a for a in args if a not in (int, float)])
-            rebuilt = Union[new]
-            if get_args(rebuilt)[:2] == (int, float):
-                action._typehint = rebuilt
 
 
 def _as_list(value) -> list:
@@ -593,13 +539,7 @@ class ReproductionCLI(LightningCLI):
             print(f"results: {self.run_dir / RESULTS_FILE}", flush=True)
 
     def collect_results(self, test_metrics: dict, final_metrics: dict) -> dict:
-        trainer, model, data = self.trainer, self.model, self.datamodule
         run = self._run_options()
-        ckpt = trainer.checkpoint_callback
-        flops = getattr(model, "flops_per_sample", None)
-        clock = self.clock.summary()
-        global_batch = getattr(data, "batch_size", None)
-        samples_seen = self.clock.samples_seen  # counted batch by batch (a partial batch as its size)
         return {
             "status": "finished",
             "experiment": self.experiment,
@@ -609,34 +549,7 @@ class ReproductionCLI(LightningCLI):
             "test": {k: float(v) for k, v in test_metrics.items()},
             "test_ckpt": run.test_ckpt,
             "final": final_metrics,
-            "best": {
-                "monitor": getattr(ckpt, "monitor", None),
-                "score": None if ckpt is None or ckpt.best_model_score is None else float(ckpt.best_model_score),
-                "path": None if ckpt is None else ckpt.best_model_path or None,
-            },
-            "model": {
-                "module": type(model).__name__,
-                "net": type(getattr(model, "net", model)).__name__,
-                "params": getattr(model, "num_params", None),
-                "flops_per_sample": flops,
-            },
-            "training": {
-                "epochs": trainer.current_epoch,
-                "steps": trainer.global_step,
-                "global_batch_size": global_batch,
-                "samples_seen": samples_seen,
-                # backward ~ 2x forward: the usual 3x forward FLOPs per training sample
-                "total_train_flops": None if flops is None or samples_seen is None else 3 * flops * samples_seen,
-                "devices": trainer.world_size,
-                "num_nodes": trainer.num_nodes,
-                "precision": str(trainer.precision),
-                # the lr the optimiser got: the configured one, scaled to the global batch if
-                # the module's lr_scaling says so
-                "lr_scaling": getattr(model, "hparams", {}).get("lr_scaling"),
-                "effective_lr": getattr(model, "effective_lr", None),
-                **clock,
-            },
-            "data": data.describe() if hasattr(data, "describe") else {"class": type(data).__name__},
+            **fit_record(self.trainer, self.model, self.datamodule, self.clock),
             **self._environment(),
         }
 

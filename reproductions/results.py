@@ -136,6 +136,45 @@ def environment(git: dict[str, Any] | None = None, device: str | None = None) ->
     }
 
 
+def fit_record(trainer, model, data, clock) -> dict[str, Any]:
+    """What results.json records of a finished fit, read off Lightning's objects: the best checkpoint,
+    the model (class, parameters, FLOPs per sample), the training (epochs, steps, samples seen as the
+    training ``clock`` counted them, total FLOPs, devices, precision, lr, times) and the data."""
+    ckpt = trainer.checkpoint_callback
+    flops = getattr(model, "flops_per_sample", None)
+    samples_seen = clock.samples_seen  # counted batch by batch (a partial batch as its size)
+    return {
+        "best": {
+            "monitor": getattr(ckpt, "monitor", None),
+            "score": None if ckpt is None or ckpt.best_model_score is None else float(ckpt.best_model_score),
+            "path": None if ckpt is None else ckpt.best_model_path or None,
+        },
+        "model": {
+            "module": type(model).__name__,
+            "net": type(getattr(model, "net", model)).__name__,
+            "params": getattr(model, "num_params", None),
+            "flops_per_sample": flops,
+        },
+        "training": {
+            "epochs": trainer.current_epoch,
+            "steps": trainer.global_step,
+            "global_batch_size": getattr(data, "batch_size", None),
+            "samples_seen": samples_seen,
+            # backward ~ 2x forward: the usual 3x forward FLOPs per training sample
+            "total_train_flops": None if flops is None or samples_seen is None else 3 * flops * samples_seen,
+            "devices": trainer.world_size,
+            "num_nodes": trainer.num_nodes,
+            "precision": str(trainer.precision),
+            # the lr the optimiser got: the configured one, scaled to the global batch if
+            # the module's lr_scaling says so
+            "lr_scaling": getattr(model, "hparams", {}).get("lr_scaling"),
+            "effective_lr": getattr(model, "effective_lr", None),
+            **clock.summary(),
+        },
+        "data": data.describe() if hasattr(data, "describe") else {"class": type(data).__name__},
+    }
+
+
 def results_state(run_dir: str | os.PathLike) -> tuple[str, dict[str, Any] | None]:
     """``(state, results)`` of a run directory: ``missing`` (no results.json), ``corrupt``
     (a file that is not a JSON object: cut short, edited, ...), or the file's ``status``
