@@ -36,6 +36,10 @@ command line, or any path to a YAML file) holds:
       cpu:   {seeds: 3, jobs: 2, overrides: {...}}    # minutes on 2 CPU cores, no network
       gpu:   {base: .../cifar10.yaml, overrides: {...}, product: {...}}
 
+Every profile names its scale (``repro claims`` orders the profiles by it and draws each claim
+against it): ``scale: {axis: tokens, value: 16, data: digits}``; ``axis`` is one of ``SCALE_AXES``
+(``tokens``, ``train_images``, ``samples``: a positive number; ``dataset``: a name), ``data`` the
+data set (optional).
 A profile adds overrides to every run, may add ``configs`` (overlay YAML files given after each
 run's base config and before the overrides, e.g. a data source: ``reproductions/bst/sources/*.yaml``)
 and may replace ``base``, ``seeds``, ``variants`` or
@@ -69,7 +73,10 @@ _SWEEP_KEYS = {
     "title", "description", "axis", "base", "seeds", "aliases", "overrides", "variants", "product",
     "references", "claims", "report", "metric", "columns", "profiles",
 }  # fmt: skip
-_PROFILE_KEYS = {"description", "base", "configs", "seeds", "jobs", "threads", "overrides", "variants", "product"}
+_PROFILE_KEYS = {"description", "scale", "base", "configs", "seeds", "jobs", "threads", "overrides", "variants", "product"}
+_SCALE_KEYS = {"axis", "value", "data"}
+#: a profile's ``scale.axis`` -> how its value is named (``dataset``: the value is the data set's name)
+SCALE_AXES = {"tokens": "tokens", "train_images": "training images", "samples": "samples", "dataset": "data set"}
 _VARIANT_KEYS = {"name", "overrides", "paper", "description", "base", "axes"}
 _REFERENCE_KEYS = {"label", "scale", "note", "unverified"}
 _METRIC_KEYS = {"key", "label", "scale", "digits", "unit", "ceiling"}
@@ -132,6 +139,24 @@ class Metric:
     ceiling: str | None = None
 
 
+@dataclass(frozen=True)
+class Scale:
+    """The size a profile runs at: ``axis`` (``SCALE_AXES``), its ``value`` (a number; the data
+    set's name on the ``dataset`` axis) and the ``data`` set."""
+
+    axis: str
+    value: float | str
+    data: str | None = None
+
+    @property
+    def label(self) -> str:
+        """``16 tokens (digits)``, ``54,000 training images (fashion_mnist)``, ``data set Taobao``."""
+        if self.axis == "dataset":
+            return f"data set {self.value}" + (f" ({self.data})" if self.data and self.data != self.value else "")
+        number = f"{int(self.value):,}" if float(self.value).is_integer() else f"{self.value:,g}"
+        return f"{number} {SCALE_AXES[self.axis]}" + (f" ({self.data})" if self.data else "")
+
+
 @dataclass
 class Profile:
     name: str
@@ -143,6 +168,7 @@ class Profile:
     overrides: dict[str, Any]
     variants: list[Variant] | None
     configs: list[str] = field(default_factory=list)  # overlay configs after each run's base (a data source)
+    scale: Scale | None = None
 
 
 @dataclass
@@ -376,6 +402,7 @@ def load_sweep(ref: str | os.PathLike) -> Sweep:
             overrides={aliases.get(k, k): v for k, v in profile_overrides.items()},
             variants=_expand(w, _profile_grid(raw, spec), aliases) if ("variants" in spec or "product" in spec) else None,
             configs=configs,
+            scale=_scale(f"{w}.scale", spec["scale"]) if "scale" in spec else None,
         )
     for v in variants + [v for p in profiles.values() for v in (p.variants or [])]:
         unknown = sorted(set(v.paper) - known_refs)
@@ -413,8 +440,23 @@ def load_sweep(ref: str | os.PathLike) -> Sweep:
     )
 
 
+def _scale(where: str, spec: Any) -> Scale:
+    """A profile's ``scale``: ``{axis, value, data}`` (see ``Scale``), or a SweepError naming it."""
+    spec = _check_keys(where, spec, _SCALE_KEYS)
+    axis, value, data = spec.get("axis"), spec.get("value"), spec.get("data")
+    if axis not in SCALE_AXES:
+        raise SweepError(f"{where}.axis={axis!r} is not one of {list(SCALE_AXES)}")
+    if axis == "dataset":
+        if not isinstance(value, str) or not value.strip():
+            raise SweepError(f"{where}.value={value!r}: on the dataset axis the value is the data set's name")
+    elif isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise SweepError(f"{where}.value={value!r} must be a positive number of {SCALE_AXES[axis]}")
+    if data is not None and (not isinstance(data, str) or not data.strip()):
+        raise SweepError(f"{where}.data={data!r} must be the data set's name")
+    return Scale(str(axis), value, data)
+
+
 def _metric(where: str, spec: Any) -> Metric:
-    spec = dict(_check_keys(where, spec, _METRIC_KEYS))
     spec = dict(_check_keys(where, spec, _METRIC_KEYS))
     digits = spec.get("digits", Metric.digits)
     if not isinstance(digits, int) or isinstance(digits, bool) or not 0 <= digits <= 8:
