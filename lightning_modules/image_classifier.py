@@ -4,7 +4,7 @@ The network is injected (``ImageClassifier(net=ViT(...))``); this module knows n
 architectures or data files. The optimiser, schedule, lr scaling, compile and model statistics
 are ``lightning_modules.base.TrainingModule``'s; this module adds the loss (cross-entropy with
 label smoothing), accuracy per stage, the warm-up as a fraction of the run, ``channels_last``,
-and the checks of the net against the data (classes, image shape). Recipe knobs are the ones
+the mirror-averaged evaluation ``eval_flip``, and the checks of the net against the data (classes, image shape). Recipe knobs are the ones
 the ViT paper and the strong small-data recipes vary: AdamW, linear warm-up then cosine decay,
 label smoothing, no weight decay on norms, biases, position embeddings and the class token.
 
@@ -46,6 +46,10 @@ class ImageClassifier(TrainingModule):
         label_smoothing: cross-entropy label smoothing.
         channels_last: keep the net's 4-D weights and the input batches in
             ``torch.channels_last`` memory format (for convolutional nets on GPUs).
+        eval_flip: in validation, test and predict, average the logits of each image and of
+            its horizontal mirror (test-time augmentation with one extra forward pass; for data
+            whose classes are mirror-symmetric, as the flip augmentation assumes). Training is
+            unchanged.
         **kwargs: ``TrainingModule``'s ``lr``, ``betas``, ``warmup_steps``, ``min_lr_ratio``,
             ``lr_scaling``, ``base_batch_size``, ``compile``, ``compile_mode``.
 
@@ -62,6 +66,7 @@ class ImageClassifier(TrainingModule):
         warmup_fraction: float = 0.05,
         label_smoothing: float = 0.0,
         channels_last: bool = False,
+        eval_flip: bool = False,
         **kwargs: Any,
     ) -> None:
         if not 0.0 <= warmup_fraction < 1.0:
@@ -88,6 +93,14 @@ class ImageClassifier(TrainingModule):
             images = images.contiguous(memory_format=torch.channels_last)
         return self.net(images)
 
+    def evaluate(self, images: torch.Tensor) -> torch.Tensor:
+        """The logits evaluation uses: ``forward``, or with ``eval_flip`` the mean of the
+        image's and its mirror image's."""
+        logits = self(images)
+        if self.hparams.get("eval_flip"):
+            logits = (logits + self(images.flip(-1))) / 2
+        return logits
+
     # ---------------------------------------------------------------- setup
     def inspect_data(self, datamodule) -> torch.Tensor | None:
         """The data's classes and image shape must be the net's; one zero image for the FLOPs."""
@@ -113,7 +126,7 @@ class ImageClassifier(TrainingModule):
     # ---------------------------------------------------------------- steps
     def _shared_step(self, batch, metric: MulticlassAccuracy) -> torch.Tensor:
         images, labels = batch
-        logits = self(images)
+        logits = self(images) if self.training else self.evaluate(images)
         loss = self.criterion(logits, labels)  # int labels, or (B, K) class probabilities (Mixup/CutMix)
         metric.update(logits.detach(), labels.argmax(dim=-1) if labels.is_floating_point() else labels)
         return loss
@@ -137,7 +150,7 @@ class ImageClassifier(TrainingModule):
 
     def predict_step(self, batch, batch_idx: int) -> torch.Tensor:
         images = batch[0] if isinstance(batch, (tuple, list)) else batch
-        return self(images).softmax(dim=-1)
+        return self.evaluate(images).softmax(dim=-1)
 
     # ---------------------------------------------------------------- optimiser
     def lr_schedule(self) -> dict[str, Any]:

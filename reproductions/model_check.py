@@ -8,8 +8,8 @@ before any work; every key that differs is named with both values and the comman
 
 What may differ:
 
-- always: ``RUNTIME_HPARAMS`` (how the module runs, not what it computes: ``compile``,
-  ``compile_mode``, ``channels_last``);
+- always: ``RUNTIME_HPARAMS`` (how the module runs or evaluates, not what the net computes:
+  ``compile``, ``compile_mode``, ``channels_last``, ``eval_flip``);
 - for ``test``, ``validate`` and ``predict``: also ``TRAINING_HPARAMS`` (the optimiser and its
   schedule, which do not act in evaluation);
 - everything outside ``model``: the trainer (epochs, step and batch limits, devices, precision,
@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 #: module hyper-parameters that say how the module runs, not what it computes
-RUNTIME_HPARAMS = frozenset({"compile", "compile_mode", "channels_last"})
+RUNTIME_HPARAMS = frozenset({"compile", "compile_mode", "channels_last", "eval_flip"})
 #: module hyper-parameters that act only in training (optimiser, schedule, lr scaling)
 TRAINING_HPARAMS = frozenset({"lr", "weight_decay", "betas", "warmup_steps", "warmup_fraction", "min_lr_ratio",
                               "lr_scaling", "base_batch_size", "optimizer", "schedule"})

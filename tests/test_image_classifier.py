@@ -121,3 +121,23 @@ def test_training_fits_a_small_batch():
     after = torch.nn.functional.cross_entropy(module(x), y).item()
     assert after < 0.2 * before
     assert (module(x).argmax(-1) == y).float().mean() > 0.9
+
+
+def test_eval_flip_averages_the_mirror_image_in_evaluation_only():
+    torch.manual_seed(0)
+    module = ImageClassifier(tiny_vit(), lr=1e-3, eval_flip=True).eval()
+    images = torch.randn(3, 1, 8, 8)
+    mirrored = (module(images) + module(images.flip(-1))) / 2
+    assert not torch.allclose(module(images), mirrored)  # the mirror changes a ViT's logits
+    assert torch.allclose(module.evaluate(images), mirrored)
+    assert torch.allclose(module.predict_step((images,), 0), mirrored.softmax(-1))
+    plain = ImageClassifier(tiny_vit(), lr=1e-3).eval()
+    plain.load_state_dict(module.state_dict())
+    assert torch.allclose(plain.evaluate(images), module(images))
+    # the loss and accuracy of validation see the averaged logits; training does not
+    labels = torch.tensor([0, 1, 2])
+    loss = module._shared_step((images, labels), module.val_acc)
+    assert torch.allclose(loss, module.criterion(mirrored, labels))
+    module.train()
+    loss = module._shared_step((images, labels), module.train_acc)
+    assert torch.allclose(loss, module.criterion(module(images), labels))
