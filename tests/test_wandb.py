@@ -23,7 +23,8 @@ import pytest
 
 from reproductions.sweeping.plan import make_plan
 from reproductions.sweeping.publish import claims_table, numbers_table
-from reproductions.sweeping.collect import collect
+from reproductions.sweeping.claims import ClaimLine, Comparison
+from reproductions.sweeping.collect import Stat, collect
 from reproductions import sync
 from reproductions.artifacts import PENDING_FILE, keep_pending, read_pending
 from reproductions.sync import find_offline_runs, main as sync_main
@@ -406,18 +407,22 @@ def test_sync_dry_run_lists_every_run_of_a_smoke_sweep(tmp_path):
 # --------------------------------------------------------------------------- the report run
 
 
-def test_claims_table_reads_the_claim_lines_verdicts():
-    columns, rows = claims_table([
-        "none: 77.00 ± 1.00; best other, learned: 96.00 ± 1.00: gap +19.00 points (± 0.82 s.e.)",
-        "  relative > none? within noise (under 2 s.e.): +1.00 points (± 1.29 s.e.)",
-        "  learned > none? holds (one seed: no s.e.): +3.00 points",
-        "patch_size 4 -> 2 (side x0.50): GFLOPs/image x3.90, accuracy 80.00 -> 82.00: +2.00 points; "
-        "patch_size 2 > patch_size 4? does not hold",
-    ])  # fmt: skip
+def test_claims_table_lists_the_checks_comparisons():
+    lines = [
+        ClaimLine("none: 77.00 ± 1.00; best other, learned: 96.00 ± 1.00: gap +19.00 points (± 0.82 s.e.)"),
+        ClaimLine("  relative > none? within noise (under 2 s.e.): +1.00 points (± 1.29 s.e.)",
+                  Comparison("relative", "none", Stat(78.0, 1.0, 3), Stat(77.0, 2.0, 3))),
+        ClaimLine("  learned > none? holds (one seed: no s.e.): +3.00 points",
+                  Comparison("learned", "none", Stat(80.0, None, 1), Stat(77.0, None, 1))),
+        ClaimLine("at the shared lr=0.001: pool=gap - pool=cls: -2.00 points; pool=gap > pool=cls? does not hold",
+                  Comparison("pool=gap", "pool=cls", Stat(80.0, 0.5, 3), Stat(82.0, 0.5, 3), context="at the shared lr=0.001")),
+    ]  # fmt: skip
+    columns, rows = claims_table(lines)
     assert columns == ["claim", "comparison", "difference", "s.e.", "verdict"]
-    assert [r[0] for r in rows] == ["relative > none", "learned > none", "patch_size 2 > patch_size 4"]
-    assert [(r[2], r[3], r[4]) for r in rows] == [(1.0, 1.29, "within noise"), (3.0, None, "holds"),
-                                                  (2.0, None, "does not hold")]  # fmt: skip
+    assert [r[0] for r in rows] == ["relative > none", "learned > none", "at the shared lr=0.001: pool=gap > pool=cls"]
+    assert rows[0][1] == lines[1].text.strip()
+    assert [(r[2], None if r[3] is None else round(r[3], 2), r[4]) for r in rows] == [
+        (1.0, 1.29, "within noise"), (3.0, None, "holds"), (-2.0, 0.41, "does not hold")]  # fmt: skip
 
 
 @pytest.mark.slow

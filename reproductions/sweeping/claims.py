@@ -16,13 +16,17 @@ on the claim" section. The sweep file's ``report.check`` picks one (``CHECKERS``
   errors; with ``report.order_reference`` the pairs ordered as that paper column orders them;
   the distance of each variant to the ceiling.
 
-Each takes the plan and the collected results and returns lines (a line starting with two
-spaces is a sub-item).
+Each takes the plan and the collected results and returns ``ClaimLine``s: the line's text (a
+line starting with two spaces is a sub-item) and, where the line checks a claim "a > b", that
+``Comparison`` as data (the two sides, a - b, its standard error and the verdict), which the
+report's lines, its W&B claims table and ``repro claims`` all read. ``check_claims`` runs the
+sweep's ``report.check``.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from reproductions.results import metric_value
@@ -71,9 +75,66 @@ def claim_verdict(a: Stat, b: Stat) -> str:
     return "holds" if d > 0 else "does not hold"
 
 
-def _verdict(a: Stat, b: Stat) -> str:
-    """``claim_verdict`` for "a > b", or "no result" when either side has none."""
-    return claim_verdict(a, b) if a.mean is not None and b.mean is not None else "no result"
+#: a Comparison's verdict, without its note
+VERDICTS = ("holds", "does not hold", "within noise", "no result")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One claim "a > b" on our numbers: the two sides' results (display units of ``metric``)
+    and, derived from them, a - b, its standard error and the verdict (``claim_verdict``).
+    ``context`` says where the comparison is made (``at the shared lr=0.001``, a metric and a
+    training-set size, the source of a claimed order); with the two names it is the claim."""
+
+    a: str
+    b: str
+    stat_a: Stat
+    stat_b: Stat
+    metric: Metric = Metric()
+    context: str = ""
+
+    @property
+    def claim(self) -> str:
+        return (f"{self.context}: " if self.context else "") + f"{self.a} > {self.b}"
+
+    @property
+    def difference(self) -> float | None:
+        """a - b, None when a side has no result."""
+        if self.stat_a.mean is None or self.stat_b.mean is None:
+            return None
+        return self.stat_a.mean - self.stat_b.mean
+
+    @property
+    def se(self) -> float | None:
+        return _std_error(self.stat_b, self.stat_a)
+
+    @property
+    def verdict_text(self) -> str:
+        """``claim_verdict`` with its note, or "no result"."""
+        return "no result" if self.difference is None else claim_verdict(self.stat_a, self.stat_b)
+
+    @property
+    def verdict(self) -> str:
+        """One of ``VERDICTS``."""
+        return next(v for v in VERDICTS if self.verdict_text.startswith(v))
+
+    @property
+    def note(self) -> str | None:
+        """Why the verdict is weaker than it reads ("one seed: no s.e."), or None."""
+        text = self.verdict_text
+        return text[text.index("(") + 1 : -1] if self.verdict in ("holds", "does not hold") and "(" in text else None
+
+    def delta_text(self) -> str:
+        """a - b in the metric's unit, with its standard error where both sides have n >= 2."""
+        return _delta(self.stat_b, self.stat_a, self.metric)
+
+
+@dataclass(frozen=True)
+class ClaimLine:
+    """A line of the claim checks and the comparison it checks, if it checks one."""
+
+    text: str
+    comparison: Comparison | None = None
 
 
 def _delta(a: Stat, b: Stat, m: Metric = Metric()) -> str:
@@ -89,8 +150,9 @@ def _delta(a: Stat, b: Stat, m: Metric = Metric()) -> str:
     return f"{d:+.{m.digits}f}{unit}"
 
 
-def check_halving(plan: Plan, collected: list[VariantResults]) -> list[str]:
+def check_halving(plan: Plan, collected: list[VariantResults]) -> list[ClaimLine]:
     param = plan.sweep.report.get("param", plan.sweep.axis)
+    m = plan.sweep.metric
     points = []
     for vr in collected:
         value = vr.variant.axes.get(param)
@@ -100,11 +162,11 @@ def check_halving(plan: Plan, collected: list[VariantResults]) -> list[str]:
     points.sort(reverse=True)  # large patches (cheap) first
     lines = []
     for (p1, f1, s1, n1), (p2, f2, s2, n2) in zip(points, points[1:]):
-        lines.append(
+        c = Comparison(f"{param} {p2:g}", f"{param} {p1:g}", s2, s1, m)
+        lines.append(ClaimLine(
             f"{param} {p1:g} -> {p2:g} (side x{p2 / p1:.2f}): GFLOPs/image x{f2 / f1:.2f}, "
-            f"accuracy {_pm(s1)} -> {_pm(s2)}: {_delta(s1, s2)}; "
-            f"{param} {p2:g} > {param} {p1:g}? {_verdict(s2, s1)}"
-        )
+            f"accuracy {_pm(s1, m)} -> {_pm(s2, m)}: {c.delta_text()}; {c.claim}? {c.verdict_text}", c,
+        ))  # fmt: skip
     return lines
 
 
@@ -114,11 +176,11 @@ def baseline_variant(plan: Plan, collected: list[VariantResults]) -> tuple[str, 
     return name, by_name(collected).get(name)
 
 
-def _no_baseline(name: str) -> list[str]:
-    return [f"(no baseline variant {name!r} in this sweep)"]
+def _no_baseline(name: str) -> list[ClaimLine]:
+    return [ClaimLine(f"(no baseline variant {name!r} in this sweep)")]
 
 
-def check_baseline(plan: Plan, collected: list[VariantResults]) -> list[str]:
+def check_baseline(plan: Plan, collected: list[VariantResults]) -> list[ClaimLine]:
     base_name, base_results = baseline_variant(plan, collected)
     if base_results is None:
         return _no_baseline(base_name)
@@ -127,23 +189,26 @@ def check_baseline(plan: Plan, collected: list[VariantResults]) -> list[str]:
     others = [(vr.variant.name, vr.metric(plan)) for vr in collected if vr.variant.name != base_name]
     others = [(n, s) for n, s in others if s.mean is not None]
     if base.mean is None or not others:
-        return ["not enough results yet"]
+        return [ClaimLine("not enough results yet")]
     best = max(others, key=lambda x: x[1].mean)
     worst = min(others, key=lambda x: x[1].mean)
     unit = f" {m.unit}" if m.unit else ""
-    lines = [
+    lines = [ClaimLine(text) for text in (
         f"{base_name}: {_pm(base, m)}; best other, {best[0]}: {_pm(best[1], m)}: gap {_delta(base, best[1], m)}; "
         f"worst other, {worst[0]}: {_pm(worst[1], m)}: gap {_delta(base, worst[1], m)}",
         f"spread among the {len(others)} other variants (best - worst mean): "
         f"{best[1].mean - worst[1].mean:.{m.digits}f}{unit}",
         f"each variant against {base_name} (holds / does not hold: a gap of at least 2 standard errors):",
-    ]
-    lines += [f"  {name} > {base_name}? {_verdict(s, base)}: {_delta(base, s, m)}" for name, s in others]
+    )]  # fmt: skip
+    for name, s in others:
+        c = Comparison(name, base_name, s, base, m)
+        lines.append(ClaimLine(f"  {c.claim}? {c.verdict_text}: {c.delta_text()}", c))
     return lines
 
 
-def check_best_per_group(plan: Plan, collected: list[VariantResults]) -> list[str]:
+def check_best_per_group(plan: Plan, collected: list[VariantResults]) -> list[ClaimLine]:
     x, hue = plan.sweep.report.get("x"), plan.sweep.report.get("hue")
+    m = plan.sweep.metric
     groups: dict[Any, dict[Any, Stat]] = {}
     for vr in collected:
         if x in vr.variant.axes and hue in vr.variant.axes:
@@ -152,28 +217,23 @@ def check_best_per_group(plan: Plan, collected: list[VariantResults]) -> list[st
     for h, by_x in groups.items():
         done = {k: s for k, s in by_x.items() if s.mean is not None}
         if not done:
-            lines.append(f"{hue}={h}: no results")
+            lines.append(ClaimLine(f"{hue}={h}: no results"))
             continue
         bx = max(done, key=lambda k: done[k].mean)
         best[h] = done[bx]
-        lines.append(f"{hue}={h}: best {x}={bx} with {_pm(done[bx])}")
+        lines.append(ClaimLine(f"{hue}={h}: best {x}={bx} with {_pm(done[bx], m)}"))
     if len(best) == 2:
         (h1, s1), (h2, s2) = best.items()
-        lines.append(
-            f"at each one's best {x}: {hue}={h2} - {hue}={h1}: {_delta(s1, s2)}; "
-            f"{hue}={h2} > {hue}={h1}? {_verdict(s2, s1)}"
-        )
+        pairs = [(f"at each one's best {x}", s2, s1)]
         shared = sorted(set.intersection(*(set(v) for v in groups.values())), key=axis_sort_key)
-        for xv in shared:
-            a, b = groups[h1][xv], groups[h2][xv]
-            lines.append(
-                f"at the shared {x}={xv}: {hue}={h2} - {hue}={h1}: {_delta(a, b)}; "
-                f"{hue}={h2} > {hue}={h1}? {_verdict(b, a)}"
-            )
+        pairs += [(f"at the shared {x}={xv}", groups[h2][xv], groups[h1][xv]) for xv in shared]
+        for where, sa, sb in pairs:
+            c = Comparison(f"{hue}={h2}", f"{hue}={h1}", sa, sb, m, where)
+            lines.append(ClaimLine(f"{where}: {c.a} - {c.b}: {c.delta_text()}; {c.a} > {c.b}? {c.verdict_text}", c))
     return lines
 
 
-def check_speed(plan: Plan, collected: list[VariantResults]) -> list[str]:
+def check_speed(plan: Plan, collected: list[VariantResults]) -> list[ClaimLine]:
     base_name, base = baseline_variant(plan, collected)
     if base is None:
         return _no_baseline(base_name)
@@ -183,11 +243,11 @@ def check_speed(plan: Plan, collected: list[VariantResults]) -> list[str]:
             continue
         speed_b, speed_v = base.stat("training.samples_per_sec"), vr.stat("training.samples_per_sec")
         ratio = f"x{speed_b.mean / speed_v.mean:.2f}" if speed_b.mean and speed_v.mean else "n/a"
-        lines.append(
-            f"{vr.variant.name} vs {base_name}: accuracy {_delta(base.metric(plan), vr.metric(plan), plan.sweep.metric)} "
-            f"({vr.variant.name} > {base_name}? {_verdict(vr.metric(plan), base.metric(plan))}); "
-            f"{base_name} trains {ratio} as many {input_unit(plan)}s/s ({fmt_stat(speed_b, 0)} vs {fmt_stat(speed_v, 0)})"
-        )
+        c = Comparison(vr.variant.name, base_name, vr.metric(plan), base.metric(plan), plan.sweep.metric)
+        lines.append(ClaimLine(
+            f"{c.a} vs {c.b}: accuracy {c.delta_text()} ({c.claim}? {c.verdict_text}); "
+            f"{base_name} trains {ratio} as many {input_unit(plan)}s/s ({fmt_stat(speed_b, 0)} vs {fmt_stat(speed_v, 0)})", c,
+        ))  # fmt: skip
     return lines
 
 
@@ -214,15 +274,15 @@ def _chains(plan: Plan) -> list[tuple[str, list[str]]]:
     return chains
 
 
-def check_ordering(plan: Plan, collected: list[VariantResults]) -> list[str]:
+def check_ordering(plan: Plan, collected: list[VariantResults]) -> list[ClaimLine]:
     """Our ranking against the claimed orders, pair by pair, and each variant's distance to the ceiling."""
     m = plan.sweep.metric
     by = by_name(collected)
     done = sorted(((vr.metric(plan), vr.variant.name) for vr in collected if vr.metric(plan).mean is not None),
                   key=lambda x: -x[0].mean)  # fmt: skip
     if not done:
-        return ["not enough results yet"]
-    lines = ["our order (mean " + m.label + "): " + " > ".join(f"{n} ({s.mean:.{m.digits}f})" for s, n in done)]
+        return [ClaimLine("not enough results yet")]
+    lines = [ClaimLine("our order (mean " + m.label + "): " + " > ".join(f"{n} ({s.mean:.{m.digits}f})" for s, n in done))]
     for source, chain in _chains(plan):
         stats = [by[n].metric(plan) for n in chain]
         pairs, agree = 0, 0
@@ -231,23 +291,25 @@ def check_ordering(plan: Plan, collected: list[VariantResults]) -> list[str]:
                 if stats[i].mean is not None and stats[j].mean is not None:
                     pairs += 1
                     agree += stats[i].mean > stats[j].mean
-        lines.append(f"{source}: {' > '.join(chain)}: {agree} of {pairs} pairs in that order here")
+        lines.append(ClaimLine(f"{source}: {' > '.join(chain)}: {agree} of {pairs} pairs in that order here"))
         for (a, sa), (b, sb) in zip(zip(chain, stats), zip(chain[1:], stats[1:])):
-            if sa.mean is None or sb.mean is None:
-                lines.append(f"  {a} > {b}? no result")
+            c = Comparison(a, b, sa, sb, m, source)
+            if c.difference is None:
+                lines.append(ClaimLine(f"  {a} > {b}? no result", c))
                 continue
-            lines.append(f"  {a} > {b}? {claim_verdict(sa, sb)}: {a} - {b} = {_delta(sb, sa, m)}")
+            lines.append(ClaimLine(f"  {a} > {b}? {c.verdict_text}: {a} - {b} = {c.delta_text()}", c))
     ceiling = ceiling_value(collected, m)
     if ceiling.mean is not None:
         gaps = ", ".join(f"{n} {ceiling.mean - s.mean:.{m.digits}f}" for s, n in done)
-        lines.append(f"ceiling {ceiling.mean:.{m.digits}f} ({m.label} of the true probabilities); distance to it: {gaps}")
+        lines.append(ClaimLine(f"ceiling {ceiling.mean:.{m.digits}f} ({m.label} of the true probabilities); distance to it: {gaps}"))
     return lines
 
 
-def check_gaps(plan: Plan, collected: list[VariantResults]) -> list[str]:
+def check_gaps(plan: Plan, collected: list[VariantResults]) -> list[ClaimLine]:
     """``report.pairs`` ([[a, b], ...] values of ``report.hue``): a - b at each value of
     ``report.along`` (model size, training-set size), for the main metric and the ``report.panels``
-    columns, with the compute ratio, and whether the gap shrinks from the first to the last value."""
+    columns, with the compute ratio and whether "a > b" holds there, and whether the gap shrinks
+    from the first to the last value."""
     rep = plan.sweep.report
     hue, along = rep.get("hue"), rep.get("along")
     pairs = rep.get("pairs") or []
@@ -268,7 +330,9 @@ def check_gaps(plan: Plan, collected: list[VariantResults]) -> list[str]:
                 sa, sb = va.column(m), vb.column(m)
                 fa, fb = va.stat("model.flops_per_sample").mean, vb.stat("model.flops_per_sample").mean
                 ratio = f"; FLOPs/{input_unit(plan)} x{fa / fb:.2f}" if fa and fb else ""
-                lines.append(f"{m.label}, {along}={xv}: {a} - {b} = {_delta(sb, sa, m)} ({_pm(sa, m)} vs {_pm(sb, m)}{ratio})")
+                c = Comparison(str(a), str(b), sa, sb, m, f"{m.label}, {along}={xv}")
+                lines.append(ClaimLine(f"{c.context}: {a} - {b} = {c.delta_text()} ({_pm(sa, m)} vs {_pm(sb, m)}{ratio}); "
+                                       f"{c.a} > {c.b}? {c.verdict_text}", c))  # fmt: skip
                 if sa.mean is not None and sb.mean is not None:
                     gaps.append((xv, sa.mean - sb.mean))
             if len(gaps) >= 2:
@@ -276,12 +340,12 @@ def check_gaps(plan: Plan, collected: list[VariantResults]) -> list[str]:
                 trend = "shrinks" if abs(g1) < abs(g0) else "grows"
                 if (g0 > 0) != (g1 > 0) and g0 != 0 and g1 != 0:
                     trend = "changes sign"
-                lines.append(f"  -> {m.label}: {a} - {b} {trend} from {g0:+.{m.digits}f} at {along}={x0} "
-                             f"to {g1:+.{m.digits}f} at {along}={x1}")  # fmt: skip
-    return lines or ["not enough results yet"]
+                lines.append(ClaimLine(f"  -> {m.label}: {a} - {b} {trend} from {g0:+.{m.digits}f} at {along}={x0} "
+                                       f"to {g1:+.{m.digits}f} at {along}={x1}"))  # fmt: skip
+    return lines or [ClaimLine("not enough results yet")]
 
 
-def check_time_to_target(plan: Plan, collected: list[VariantResults]) -> list[str]:
+def check_time_to_target(plan: Plan, collected: list[VariantResults]) -> list[ClaimLine]:
     """Per variant: when each run's validation curve first reached ``report.target`` (a fraction,
     e.g. 0.92) on ``report.x`` (wall seconds since fit started), and its test metric against the
     target after the whole run, within ``report.budget_s`` or not."""
@@ -301,13 +365,13 @@ def check_time_to_target(plan: Plan, collected: list[VariantResults]) -> list[st
             fit_s = value_at(r, "training.fit_time_s")
             within = "" if budget is None or fit_s is None else (" (within" if fit_s <= budget else " (over") + f" the {budget:g} s budget)"
             reached = "n/a" if test is None else ("reached" if test >= target else "not reached")
-            lines.append(
+            lines.append(ClaimLine(
                 f"{vr.variant.name} seed{seed}: {y} >= {target:g} first at {x} = "
                 + (f"{hit:.0f}" if hit is not None else "never")
                 + f"; {m.key} {'n/a' if test is None else f'{test * m.scale:.{m.digits}f}'}: target {reached} after "
                 f"{fmt_seconds(fit_s)} of fit{within}"
-            )
-    return lines or ["not enough results yet"]
+            ))  # fmt: skip
+    return lines or [ClaimLine("not enough results yet")]
 
 
 CHECKERS = {
@@ -319,3 +383,13 @@ CHECKERS = {
     "speed": check_speed,
     "ordering": check_ordering,
 }
+
+
+def check_claims(plan: Plan, collected: list[VariantResults]) -> list[ClaimLine]:
+    """The sweep's ``report.check`` on the collected results; none without a check."""
+    check = plan.sweep.report.get("check")
+    if not check:
+        return []
+    if check not in CHECKERS:
+        raise SweepError(f"{plan.sweep.path}: report.check={check!r} is not one of {list(CHECKERS)}")
+    return CHECKERS[check](plan, collected)

@@ -10,9 +10,9 @@ runs by ``run.variant`` puts it apart from the variants). Each report logs:
   axis's value, ``mean``, ``std``, ``n``, ``s.e.`` (std / sqrt n) of the sweep's metric (in its
   display units), per paper column the paper's value and ``ours - paper``, ``params``,
   ``GFLOPs/sample``, ``samples/s`` (training throughput) and ``time/run (s)``;
-- ``report/claims``: one row per claim check with a verdict: the claim (``a > b``), the line it
-  comes from, the difference, its standard error and the verdict (``holds``, ``does not hold``,
-  ``within noise``);
+- ``report/claims``: one row per comparison the claim checks make (``claims.Comparison``): the
+  claim (``a > b``, with where it is made), the line it comes from, the difference a - b, its
+  standard error and the verdict (``holds``, ``does not hold``, ``within noise``, ``no result``);
 - ``report/table``: the Markdown report's table as text, and the figures as images;
 - report.md as a file of the run.
 """
@@ -20,17 +20,12 @@ runs by ``run.variant`` puts it apart from the variants). Each report logs:
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
+from reproductions.sweeping.claims import ClaimLine
 from reproductions.sweeping.collect import VariantResults, collect
 from reproductions.sweeping.plan import Plan
 from reproductions.sweeping.tables import paper_value
-
-#: a claim line's verdict (``reproductions.sweeping.claims``): "<a> > <b>? <verdict>"
-_VERDICT = re.compile(r"([^;:]*?)\?\s+(holds|does not hold|within noise(?: \(under 2 s\.e\.\))?|no result)")
-#: a difference as the claim checks write it: "+1.20 points (± 0.30 s.e.)"
-_DIFF = re.compile(r"([+-]\d+(?:\.\d+)?)(?: [^\s(;:]+)?(?: \(± (\d+(?:\.\d+)?) s\.e\.\))?")
 
 
 def _axes(plan: Plan) -> list[str]:
@@ -73,18 +68,11 @@ def numbers_table(plan: Plan, collected: list[VariantResults]) -> tuple[list[str
     return columns, rows
 
 
-def claims_table(lines: list[str]) -> tuple[list[str], list[list[Any]]]:
-    """The claim checks' lines with a verdict as rows: claim, comparison (the line), difference,
-    standard error, verdict. Lines without a verdict (spreads, headings) are left out."""
-    rows = []
-    for line in lines:
-        found = _VERDICT.search(line)
-        if found is None:
-            continue
-        diffs = _DIFF.findall(line)
-        diff, se = (float(diffs[-1][0]), float(diffs[-1][1]) if diffs[-1][1] else None) if diffs else (None, None)
-        verdict = "within noise" if found.group(2).startswith("within noise") else found.group(2)
-        rows.append([found.group(1).strip(), line.strip(), diff, se, verdict])
+def claims_table(lines: list[ClaimLine]) -> tuple[list[str], list[list[Any]]]:
+    """The claim checks' comparisons as rows: claim, comparison (the line), difference a - b,
+    standard error, verdict. Lines that compare nothing (spreads, headings) are left out."""
+    rows = [[c.claim, line.text.strip(), c.difference, c.se, c.verdict]
+            for line in lines if (c := line.comparison) is not None]  # fmt: skip
     return ["claim", "comparison", "difference", "s.e.", "verdict"], rows
 
 
@@ -108,7 +96,7 @@ def publish(plan: Plan, report, project: str = "attention-repro") -> str:
     ))  # fmt: skip
     try:
         columns, rows = numbers_table(plan, collect(plan))
-        claim_columns, claim_rows = claims_table(report.claims)
+        claim_columns, claim_rows = claims_table(report.claim_lines)
         payload: dict[str, Any] = {
             "report/numbers": wandb.Table(columns=columns, data=rows),
             "report/claims": wandb.Table(columns=claim_columns, data=claim_rows),

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from reproductions.sweeping.claims import CHECKERS
+from reproductions.sweeping.claims import ClaimLine, check_claims
 from reproductions.sweeping.collect import VariantResults, collect
 from reproductions.sweeping.figures import figure
 from reproductions.sweeping.plan import Plan, cli_value
@@ -66,6 +66,7 @@ class Report:
     markdown: str
     claims: list[str] = field(default_factory=list)  # the report.check summary lines
     warnings: list[str] = field(default_factory=list)  # one per run left out: its results.json is not its own
+    claim_lines: list[ClaimLine] = field(default_factory=list)  # the same lines with the comparisons they check
 
 
 def rejected_warnings(plan: Plan, collected: list[VariantResults]) -> list[str]:
@@ -137,12 +138,9 @@ def build_report(plan: Plan, collected: list[VariantResults], figures: list[Path
             lines.append(f"- Claim: {claim.strip()}")
         lines.append("")
     lines += ["## Results", "", markdown_table(header, rows), ""]
-    check = sweep.report.get("check")
-    claims: list[str] = []
-    if check:
-        if check not in CHECKERS:
-            raise SweepError(f"{sweep.path}: report.check={check!r} is not one of {list(CHECKERS)}")
-        claims = CHECKERS[check](plan, collected)
+    claim_lines = check_claims(plan, collected)
+    claims = [line.text for line in claim_lines]
+    if sweep.report.get("check"):
         lines += ["## Our numbers on the claim", ""]
         lines += [f"- {line}" if not line.startswith("  ") else f"  - {line.strip()}" for line in claims]
         lines.append("")
@@ -155,7 +153,7 @@ def build_report(plan: Plan, collected: list[VariantResults], figures: list[Path
     lines.append("")
     text = "\n".join(lines)
     return Report(plan.experiment_dir / REPORT_FILE, figures, header, rows, missing, text, claims,
-                  rejected_warnings(plan, collected))
+                  rejected_warnings(plan, collected), claim_lines)
 
 
 def _data_text(data: dict) -> str:
@@ -285,11 +283,13 @@ def build_comparison(plans: list[Plan], collected: list[list[VariantResults]]) -
         lines.append("")
     lines += ["## Results", "", markdown_table(header, rows), ""]
     claims: list[str] = []
-    check = sweep.report.get("check")
-    if check in CHECKERS:
+    claim_lines: list[ClaimLine] = []
+    if sweep.report.get("check"):
         lines += ["## Our numbers on the claim, per profile", ""]
         for plan, col in zip(plans, collected):
-            these = CHECKERS[check](plan, col)
+            checked = check_claims(plan, col)
+            claim_lines += checked
+            these = [line.text for line in checked]
             claims += [f"[{plan.profile.name}] {line}" if not line.startswith("  ") else line for line in these]
             lines += [f"### `{plan.profile.name}`", ""]
             lines += [f"- {line}" if not line.startswith("  ") else f"  - {line.strip()}" for line in these]
@@ -302,7 +302,8 @@ def build_comparison(plans: list[Plan], collected: list[list[VariantResults]]) -
     lines += [f"- {x}" for x in missing] if missing else ["None: every planned run finished."]
     lines.append("")
     warnings = [w for plan, col in zip(plans, collected) for w in rejected_warnings(plan, col)]
-    return Report(comparison_dir(plans) / REPORT_FILE, [], header, rows, missing, "\n".join(lines), claims, warnings)
+    return Report(comparison_dir(plans) / REPORT_FILE, [], header, rows, missing, "\n".join(lines), claims, warnings,
+                  claim_lines)
 
 
 def write_comparison(plans: list[Plan], *, out: TextIO | None = None) -> Report:
