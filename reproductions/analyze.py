@@ -32,6 +32,12 @@ normalised with the model's own mean/std (``pretrained_cfg``).
 
 Default ``--out``: ``<run dir>/analysis/`` for a checkpoint, ``runs/analysis/<timm name>/``
 for a timm model (the first model's, when several are given).
+
+The shipped checkpoint. ``reproductions/vit/demo/fmnist_vit_p4.ckpt`` is a small ViT trained on
+Fashion-MNIST (its config, command and accuracy: ``reproductions/vit/demo/README.md``); the
+notebook analyses it when given no model (``load_target``). Given as ``--ckpt``, its analyses go
+to ``runs/analysis/fmnist_vit_p4/`` (not into the repository) and, when the file records no
+data, its images are Fashion-MNIST's.
 """
 
 from __future__ import annotations
@@ -71,6 +77,10 @@ from utils.atomic import atomic_write_json
 COMMANDS = ("distance", "rollout", "posemb", "filters")
 DEFAULT_TIMM_SOURCE = "digits"
 DEFAULT_OUT_ROOT = Path("runs") / "analysis"
+DEFAULT_DPI = 120  # of the PNG figures (the notebook draws smaller ones)
+#: the small trained ViT shipped with the repository, and the data it was trained on
+DEMO_CKPT = Path(__file__).resolve().parent / "vit" / "demo" / "fmnist_vit_p4.ckpt"
+DEMO_SOURCE = "fashion_mnist"
 
 
 class AnalyzeError(Exception):
@@ -85,7 +95,8 @@ class Target:
     """A model to analyse and where it came from.
 
     ``input_mean`` / ``input_std``: the normalisation the model expects (timm models); None
-    for checkpoints, whose images are normalised as in training (the data module's stats)."""
+    for checkpoints, whose images are normalised as in training (the data module's stats).
+    ``out_dir``: where its analyses go by default, when not the run's or the timm model's folder."""
 
     net: nn.Module
     label: str
@@ -94,6 +105,7 @@ class Target:
     data_hparams: dict = field(default_factory=dict)
     input_mean: Optional[Sequence[float]] = None
     input_std: Optional[Sequence[float]] = None
+    out_dir: Optional[Path] = None
 
     @property
     def in_chans(self) -> int:
@@ -111,6 +123,8 @@ class Target:
 
     @property
     def default_out(self) -> Path:
+        if self.out_dir is not None:
+            return self.out_dir
         if self.run_dir is not None:
             return self.run_dir / "analysis"
         return DEFAULT_OUT_ROOT / self.origin.replace("/", "_")
@@ -172,10 +186,48 @@ def load_checkpoint(path: str | os.PathLike, *, label: Optional[str] = None, dev
     if analysis in NEEDS_VIT and (not hasattr(net, "patch_embed") or not hasattr(net, "blocks")):
         raise AnalyzeError(f"--ckpt {str(path)!r} holds a {type(net).__name__}; {analysis} needs a ViT or hybrid "
                            "checkpoint (a net with patch embeddings and attention blocks)")
+    if _is_demo(path):
+        return Target(net=net, label=label or f"{net_kind(net)} {DEMO_CKPT.stem}", origin=_repo_relative(DEMO_CKPT),
+                      data_hparams=data or {"source": DEMO_SOURCE}, out_dir=DEFAULT_OUT_ROOT / DEMO_CKPT.stem)
     run_dir = run_dir_of(path)
     if label is None:
         label = f"{net_kind(net)} {run_dir.parent.name}/{run_dir.name}" if run_dir.parent.name else net_kind(net)
     return Target(net=net, label=label, origin=str(path), run_dir=run_dir, data_hparams=data)
+
+
+def _is_demo(path: Path) -> bool:
+    try:
+        return path.resolve() == DEMO_CKPT
+    except OSError:
+        return False
+
+
+def _repo_relative(path: Path) -> str:
+    """``path`` relative to the repository (the folder above ``reproductions/``) when inside it."""
+    try:
+        return str(path.relative_to(Path(__file__).resolve().parents[1]))
+    except ValueError:
+        return str(path)
+
+
+def load_target(
+    ckpt: Optional[str | os.PathLike] = None,
+    timm_name: Optional[str] = None,
+    *,
+    weights: Optional[str] = None,
+    img_size: Optional[int] = None,
+    device: str = "cpu",
+) -> Target:
+    """The notebook's model: ``ckpt`` if given, else the timm model ``timm_name`` (random init
+    unless ``weights``), else the shipped checkpoint (``DEMO_CKPT``)."""
+    if ckpt:
+        return load_checkpoint(ckpt, device=device)
+    if timm_name:
+        return load_timm(timm_name, weights=weights, img_size=img_size, device=device)
+    if not DEMO_CKPT.is_file():
+        raise AnalyzeError(f"the shipped checkpoint {_repo_relative(DEMO_CKPT)} is missing; give a checkpoint or a "
+                           "timm model name")
+    return load_checkpoint(DEMO_CKPT, device=device)
 
 
 def _hub_weights_offline() -> Optional[str]:
@@ -345,6 +397,7 @@ def run_distance(
     *,
     class_token: str = "drop",
     batch_size: int = 32,
+    dpi: int = DEFAULT_DPI,
 ) -> dict:
     """Mean attention distance of each model; one figure with the models side by side."""
     results: dict[str, Any] = {"class_token": class_token, "models": {}}
@@ -372,7 +425,7 @@ def run_distance(
             "layers": summarize(mad),
         }
     fig = attention_distance_figure(mads, references=references)
-    results["figure"] = str(save_figure(fig, out / "attention_distance.png"))
+    results["figure"] = str(save_figure(fig, out / "attention_distance.png", dpi=dpi))
     atomic_write_json(out / "attention_distance.json", results)
     results["summary"] = "\n\n".join(
         f"{format_summary(mad, label)}\n(uniform attention over the patches: {references[label]:.2f})"
@@ -382,7 +435,8 @@ def run_distance(
 
 
 def run_rollout(
-    target: Target, images: Images, out: Path, *, head_fusion: str = "mean", num_maps: int = 8
+    target: Target, images: Images, out: Path, *, head_fusion: str = "mean", num_maps: int = 8,
+    dpi: int = DEFAULT_DPI,
 ) -> dict:
     """Rollout maps of the first ``num_maps`` images, overlaid on them."""
     inputs = images.inputs[:num_maps].to(_device(target.net))
@@ -407,14 +461,14 @@ def run_rollout(
              "map": [[round(float(v), 5) for v in row] for row in maps[i]]}
             for i in range(len(inputs))
         ],
-        "figure": str(save_figure(fig, out / "rollout.png")),
+        "figure": str(save_figure(fig, out / "rollout.png", dpi=dpi)),
     }
     atomic_write_json(out / "rollout.json", results)
     results["summary"] = f"rollout maps of {len(inputs)} images ({head_fusion} over heads): {results['figure']}"
     return results
 
 
-def run_posemb(target: Target, out: Path) -> dict:
+def run_posemb(target: Target, out: Path, *, dpi: int = DEFAULT_DPI) -> dict:
     """Position-embedding similarity grids, one per table (stem, shared, or per layer)."""
     try:
         sims = position_similarity(target.net)
@@ -431,7 +485,7 @@ def run_posemb(target: Target, out: Path) -> dict:
             "grid_size": [h, w],
             "row_column_contrast": contrast,
             "similarity": [[round(float(v), 4) for v in row] for row in sim.reshape(h * w, h * w)],
-            "figure": str(save_figure(fig, out / f"{stem}.png")),
+            "figure": str(save_figure(fig, out / f"{stem}.png", dpi=dpi)),
         }
         lines.append(
             f"{name}: mean cosine similarity, same row/column {contrast['same_row_or_column']:.3f}, "
@@ -442,7 +496,8 @@ def run_posemb(target: Target, out: Path) -> dict:
     return results
 
 
-def run_filters(target: Target, out: Path, *, num_components: int = DEFAULT_NUM_COMPONENTS) -> dict:
+def run_filters(target: Target, out: Path, *, num_components: int = DEFAULT_NUM_COMPONENTS,
+                dpi: int = DEFAULT_DPI) -> dict:
     """Principal components of the patch-embedding filters."""
     try:
         filters = patch_filters(target.net)
@@ -456,7 +511,7 @@ def run_filters(target: Target, out: Path, *, num_components: int = DEFAULT_NUM_
         "filter_shape": list(filters.shape[1:]),
         "num_filters": int(filters.shape[0]),
         "explained_variance_ratio": [float(v) for v in pca.explained_variance_ratio],
-        "figure": str(save_figure(fig, out / "patch_filters_pca.png")),
+        "figure": str(save_figure(fig, out / "patch_filters_pca.png", dpi=dpi)),
     }
     atomic_write_json(out / "patch_filters_pca.json", results)
     top = ", ".join(f"{100 * v:.1f}%" for v in results["explained_variance_ratio"][:5])

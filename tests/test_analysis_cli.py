@@ -113,6 +113,21 @@ def test_distance_side_by_side_with_the_default_timm_output(run, tmp_path, monke
     assert code == 0 and is_png(tmp_path / "runs" / "analysis" / "vit_tiny_patch16_224" / "patch_filters_pca.png")
 
 
+def test_a_shipped_checkpoint_without_data_records_reads_fashion_mnist(run, tmp_path, monkeypatch):
+    """A slim copy (weights and hyper-parameters only) still finds its images; a missing one is named."""
+    from reproductions import analyze as module
+
+    raw = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    slim = tmp_path / "demo.ckpt"
+    torch.save({k: raw[k] for k in ("state_dict", "hyper_parameters", "pytorch-lightning_version")}, slim)
+    monkeypatch.setattr(module, "DEMO_CKPT", slim)
+    target = module.load_target()
+    assert target.data_hparams == {"source": "fashion_mnist"} and target.default_out == Path("runs/analysis/demo")
+    monkeypatch.setattr(module, "DEMO_CKPT", tmp_path / "missing.ckpt")
+    with pytest.raises(module.AnalyzeError, match="missing.ckpt is missing"):
+        module.load_target()
+
+
 def test_vit_and_hybrid_side_by_side(tmp_path):
     """A hybrid (timm HybridEmbed over a CNN of stride 4, our blocks): distances in CNN-stride pixels."""
     from reproductions.analyze import Images, Target, run_distance
