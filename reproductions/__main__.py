@@ -4,11 +4,14 @@ Commands:
     fit, validate, test, predict   Lightning's subcommands through ReproductionCLI (``--help`` on each)
     sweep                          run an ablation grid (reproductions/sweep.py): variant x seed runs
     report                         a sweep's table beside the paper and its figures (reproductions/report.py)
+    claims                         every sweep's claims at every scale on one page, docs/claims.md (reproductions/claims.py)
     analyze                        attention analyses of a checkpoint or timm ViT (reproductions/analyze.py)
     data                           prepare image data ahead of time, show what is prepared (reproductions/data.py)
     sync                           upload the offline W&B runs under a path with wandb sync (reproductions/sync.py)
     bench                          benchmarks with ratios against peers run in the same process (reproductions/bench.py):
                                    trainer, vit, hybrid, data, bst, gpu
+
+``repro --help`` lists these commands before Lightning's own help.
 
 Every command fails the same way (reproductions/errors.py): one last line ``error: ...`` naming
 what is wrong and what to do, exit status 2 for a usage error and 1 for a failure while running,
@@ -28,9 +31,20 @@ TOOLS = {
     "bench": "reproductions.bench",
     "sweep": "reproductions.sweep",
     "report": "reproductions.report",
+    "claims": "reproductions.claims",
     "analyze": "reproductions.analyze",
     "data": "reproductions.data",
     "sync": "reproductions.sync",
+}
+#: what each of TOOLS does, for ``repro --help``
+SUMMARIES = {
+    "sweep": "run an ablation grid: variant x seed runs, then its report",
+    "report": "a sweep's table beside the paper, its claim checks and figures",
+    "claims": "every sweep's claims at every scale on one page (docs/claims.md) with figures",
+    "analyze": "attention analyses of a checkpoint or a timm ViT",
+    "data": "prepare image data ahead of time, show what is prepared",
+    "sync": "upload the offline W&B runs under a path",
+    "bench": "benchmarks with ratios against peers run in the same process",
 }
 
 
@@ -38,8 +52,18 @@ def _tool(name: str):
     return import_module(TOOLS[name]).main
 
 
+def commands_help() -> str:
+    """The commands beside Lightning's, one a line (``repro --help`` prints them first)."""
+    width = max(map(len, TOOLS))
+    lines = [f"  {name.ljust(width)}  {SUMMARIES.get(name, '')}".rstrip() for name in TOOLS]
+    return ("repro COMMAND --help for each command's options. Commands:\n" + "\n".join(lines)
+            + "\nand Lightning's fit, validate, test, predict (below).\n")
+
+
 def dispatch(argv: Sequence[str], *, from_command_line: bool = False) -> int | None:
     argv = list(argv)
+    if argv[:1] in (["-h"], ["--help"]):
+        print(commands_help(), flush=True)
     if argv and argv[0] in TOOLS:
         tool = _tool(argv[0])
         with argparse_errors():  # their argparse errors end in the same one line

@@ -20,10 +20,15 @@
 ``figure`` picks the kind (``PLOTTERS``), draws it with one ``plot_<kind>`` function (each takes
 the plan, every variant's results and those with a result, and returns the matplotlib figure)
 and saves it atomically.
+
+``plot_claim_by_scale`` draws one claim "a > b" across a sweep's profiles for ``repro claims``:
+a - b at each scale with ± 2 standard-error bars, the zero line, and the side of zero where the
+claim holds shaded; ``png_bytes`` renders a figure without writing it.
 """
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 from reproductions.sweeping.collect import Stat, VariantResults, curve_keys, run_curve
@@ -216,6 +221,56 @@ def plot_bars(plan: Plan, collected: list[VariantResults], have: list[VariantRes
         ax.grid(axis="x", alpha=0.3)
     fig.suptitle(_title(plan), fontsize=10)
     return fig
+
+
+def plot_claim_by_scale(claim: str, points: list[tuple[str, float | None, float, float | None]], *, xlabel: str,
+                        ylabel: str, title: str):  # fmt: skip
+    """One claim's difference a - b against the profiles' scale. ``points``: (label, x, a - b,
+    standard error) per profile in scale order; x None for all: one evenly spaced, labelled
+    position per profile (scales on different axes, or data sets by name); a log axis when the
+    numbers span 8x or more. Bars: ± 2 s.e. (the verdict's threshold: a bar that crosses zero is
+    within noise); a point without one (one seed) is drawn hollow."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    numeric = all(x is not None for _, x, _, _ in points)
+    xs = [float(x) for _, x, _, _ in points] if numeric else list(range(len(points)))
+    ys = [d for _, _, d, _ in points]
+    if all(x0 < x1 for x0, x1 in zip(xs, xs[1:])):  # a line only where the scale grows
+        ax.plot(xs, ys, color="tab:blue", linewidth=1, alpha=0.6)
+    for (label, _, d, se), x in zip(points, xs):
+        hollow = se is None
+        ax.errorbar([x], [d], yerr=[2 * se if se is not None else 0.0], fmt="o", capsize=4, color="tab:blue",
+                    markerfacecolor="white" if hollow else "tab:blue")  # fmt: skip
+        if numeric:
+            ax.annotate(label + (" (one seed)" if hollow else ""), (x, d), textcoords="offset points", xytext=(6, 6),
+                        fontsize=8)  # fmt: skip
+    if numeric:
+        if min(xs) > 0 and max(xs) / min(xs) >= 8:
+            ax.set_xscale("log")
+        ax.margins(x=0.15)
+    else:
+        ax.set_xticks(xs, [label + ("\n(one seed)" if se is None else "") for label, _, _, se in points], fontsize=8)
+        ax.set_xlim(-0.5, len(xs) - 0.5)
+    ax.axhline(0.0, color="black", linewidth=1)
+    low, high = ax.get_ylim()
+    span = max(high - low, 1e-9)
+    low, high = min(low, -0.15 * span), max(high, 0.15 * span)  # both sides of zero in view
+    ax.set_ylim(low, high)
+    ax.axhspan(0.0, high, color="tab:green", alpha=0.12, label=f"the claim's side: {claim}")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel + " (± 2 s.e.)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    ax.set_title(title, fontsize=10)
+    return fig
+
+
+def png_bytes(fig, *, dpi: int = 120) -> bytes:
+    """The figure as PNG bytes (closed afterwards): drawn now, written later."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    pyplot().close(fig)
+    return buf.getvalue()
 
 
 #: ``report.plot`` -> the function that draws it

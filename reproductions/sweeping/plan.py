@@ -13,7 +13,7 @@ another directory the config and the runs' root are given to them absolute. Rela
 extra overrides are taken from the repository root.
 
 Layer: ``spec`` < ``plan`` (this module) < ``launch``/``reuse`` < ``collect`` < ``tables``/``claims``/
-``figures`` < ``report``.
+``figures`` < ``report``/``claims_page``.
 """
 
 from __future__ import annotations

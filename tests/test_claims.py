@@ -1,0 +1,141 @@
+"""The claims page (reproductions/claims.py, reproductions/sweeping/claims_page.py) on hand-made
+results.json files: a verdict per claim and profile, rows in scale order, a figure for a claim
+measured at two scales only, the profiles without runs listed, bad scales and empty roots refused."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from reproductions.__main__ import commands_help, main as repro_main
+from reproductions.claims import main as claims_main
+from reproductions.results import RESULTS_FILE, atomic_write_json
+from reproductions.sweeping.spec import SweepError, load_sweep
+from tests.report_helpers import PNG, result, write_sweep
+from tests.sweep_helpers import SWEEPS
+
+CPU = {"device": "cpu", "cpu": "Test CPU 9000 (family 25, model 1)", "cpu_capability": "AVX2"}
+
+#: accuracies per profile and variant (3 seeds each); "large" comes first in the file, "small"
+#: is the smaller scale: the rows must come out small, then large
+ACCS = {
+    "small": {"none": [0.76, 0.77, 0.78], "learned": [0.95, 0.96, 0.97], "relative": [0.90, 0.91, 0.92],
+              "sincos": [0.70, 0.71, 0.72]},
+    "large": {"none": [0.84, 0.85, 0.86], "learned": [0.87, 0.88, 0.89], "relative": [0.84, 0.86, 0.88]},
+    "smoke": {"none": [0.10], "learned": [0.90]},
+}  # fmt: skip
+
+
+def claims_sweep(tmp_path, **profiles):
+    return write_sweep(
+        tmp_path / "pos.yaml", aliases={"pos_embed": "model.net.init_args.pos_embed"},
+        variants=[{"name": n, "overrides": {"pos_embed": n}} for n in ("none", "learned", "relative", "sincos")],
+        claims=["A clear gap between none and any embedding."],
+        report={"plot": "bars", "check": "baseline", "baseline": "none"},
+        profiles=profiles or {
+            "large": {"seeds": 3, "scale": {"axis": "tokens", "value": 49, "data": "fashion_mnist"}},
+            "huge": {"seeds": 3, "scale": {"axis": "tokens", "value": 196, "data": "imagenet"}},
+            "small": {"seeds": 3, "scale": {"axis": "tokens", "value": 16, "data": "digits"}},
+            "smoke": {"seeds": 1, "scale": {"axis": "tokens", "value": 16, "data": "digits"}},
+        },
+    )  # fmt: skip
+
+
+def put_runs(root, sweep_name="pos"):
+    for profile, by_variant in ACCS.items():
+        for variant, values in by_variant.items():
+            for seed, acc in enumerate(values):
+                r = {**result(variant, seed, acc, experiment=f"{sweep_name}-{profile}"), "hardware": CPU}
+                atomic_write_json(root / f"{sweep_name}-{profile}" / variant / f"seed{seed}" / RESULTS_FILE, r)
+
+
+def rows_of(md: str, claim: str) -> list[list[str]]:
+    table = md.split(f"### {claim}\n\n", 1)[1].split("\n\n", 1)[0]
+    return [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()[2:]]
+
+
+@pytest.fixture
+def page(tmp_path, capsys):
+    sweep, root = claims_sweep(tmp_path), tmp_path / "runs"
+    put_runs(root)
+    other = write_sweep(tmp_path / "other.yaml", title="Never run", variants=[{"name": "a"}], profiles={"cpu": {}, "gpu": {}})
+    out, figures = tmp_path / "docs" / "claims.md", tmp_path / "docs" / "figures" / "claims"
+    argv = ["--sweep", str(sweep), "--sweep", str(other), "--root", str(root), "--out", str(out), "--figures", str(figures)]
+    assert claims_main(argv) == 0
+    return out.read_text(), out, figures, capsys.readouterr().out
+
+
+def test_each_verdict_from_the_constructed_numbers_rows_in_scale_order(page):
+    md = page[0]
+    # small: relative 91 +- 1 vs none 77 +- 1: +14, s.e. 0.82: holds; large: 86 +- 2 vs 85 +- 1: +1, s.e. 1.29
+    assert rows_of(md, "relative > none") == [
+        ["`small`", "16 tokens (digits)", "3 / 3", "+14.00 points (± 0.82 s.e.)", "holds"],
+        ["`large`", "49 tokens (fashion_mnist)", "3 / 3", "+1.00 points (± 1.29 s.e.)", "within noise"],
+    ]
+    assert rows_of(md, "learned > none")[1] == ["`large`", "49 tokens (fashion_mnist)", "3 / 3", "+3.00 points (± 0.82 s.e.)", "holds"]
+    # sincos 71 +- 1 vs none 77 +- 1: -6, s.e. 0.82; run at the small scale only
+    assert rows_of(md, "sincos > none") == [["`small`", "16 tokens (digits)", "3 / 3", "-6.00 points (± 0.82 s.e.)", "does not hold"]]
+
+
+def test_figure_for_a_claim_at_two_scales_only_linked_relative(page):
+    md, out, figures, _ = page
+    pngs = sorted(figures.glob("*.png"))
+    assert len(pngs) == 2 and all(p.read_bytes()[:8] == PNG for p in pngs)  # learned and relative > none
+    links = re.findall(r"!\[([^]]*)\]\(([^)]+)\)", md)
+    assert sorted(claim for claim, _ in links) == ["learned > none", "relative > none"]
+    assert all(not link.startswith("/") and (out.parent / link).resolve() in pngs for _, link in links)
+    sincos = md.split("### sincos > none", 1)[1].split("###", 1)[0]
+    assert "![" not in sincos
+    assert not [p for p in out.parent.rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_head_commands_hardware_and_profiles_without_runs(page, tmp_path):
+    md, _, _, printed = page
+    assert f"repro sweep {tmp_path / 'pos.yaml'} --profile small --root {tmp_path / 'runs'}" in md
+    assert f"repro claims --root {tmp_path / 'runs'} --out " in md
+    assert "- CPU Test CPU 9000 (family 25, model 1) (AVX2); host `box`: pos `small` (12 runs); pos `large` (9 runs)" in md
+    assert "- Not run here: huge" in md  # smoke is not a result: neither measured nor missing
+    assert md.endswith("## Sweeps not run here\n\n- `other` (Never run): cpu, gpu\n")
+    assert "`smoke`" not in md and "- Paper: A clear gap between none and any embedding." in md
+    assert "pos: small, large; 3 claims; not run here: huge" in printed
+
+
+def test_smoke_profiles_on_request(tmp_path):
+    sweep, root = claims_sweep(tmp_path), tmp_path / "runs"
+    put_runs(root)
+    out = tmp_path / "claims.md"
+    assert claims_main(["--sweep", str(sweep), "--root", str(root), "--out", str(out), "--figures", str(tmp_path / "f"), "--smoke"]) == 0
+    md = out.read_text()
+    # the same scale as small: the sweep file's order after it
+    assert rows_of(md, "learned > none")[1] == ["`smoke`", "16 tokens (digits)", "1 / 1", "+80.00 points", "holds (one seed: no s.e.)"]
+    assert "--smoke" in md
+
+
+@pytest.mark.parametrize("scale, message", [
+    ({"axis": "pixels", "value": 8}, r"profiles\.cpu\.scale\.axis='pixels' is not one of \['tokens', 'train_images', 'samples', 'dataset'\]"),
+    ({"axis": "tokens", "value": -16}, r"profiles\.cpu\.scale\.value=-16 must be a positive number of tokens"),
+    ({"axis": "dataset", "value": 3}, r"profiles\.cpu\.scale\.value=3: on the dataset axis the value is the data set's name"),
+    ({"axis": "tokens", "value": 16, "size": 1}, r"profiles\.cpu\.scale: unknown keys \['size'\]"),
+])  # fmt: skip
+def test_a_bad_scale_is_refused_naming_the_file_and_the_profile(tmp_path, capsys, scale, message):
+    bad = claims_sweep(tmp_path, cpu={"scale": scale})
+    with pytest.raises(SweepError, match=re.escape(str(bad)) + r".*" + message):
+        load_sweep(bad)
+    assert claims_main(["--sweep", str(bad), "--root", str(tmp_path)]) == 2
+    assert re.search(message, capsys.readouterr().err)
+
+
+def test_an_empty_root_is_one_error_line_naming_it_and_the_command_that_makes_runs(tmp_path, capsys):
+    sweep, root = claims_sweep(tmp_path), tmp_path / "nothing"
+    out = tmp_path / "claims.md"
+    assert repro_main(["claims", "--sweep", str(sweep), "--root", str(root), "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: no finished runs under {root}: make some first, e.g. repro sweep ")
+    assert "--profile large" in err[0] and not out.exists()
+
+
+def test_the_command_is_in_repro_help_and_every_profile_of_the_repository_names_its_scale():
+    assert re.search(r"^  claims +every sweep's claims at every scale", commands_help(), re.MULTILINE)
+    unscaled = [f"{s}:{name}" for s in SWEEPS for name, p in load_sweep(s).profiles.items() if p.scale is None]
+    assert unscaled == []
