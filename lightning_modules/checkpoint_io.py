@@ -9,6 +9,9 @@
   text file, a truncated file), or a pickle that asks for code (``os.system`` in a
   ``__reduce__``): ``torch.load(weights_only=True)`` refuses to import anything that is not on
   the allow-list, so nothing in the file runs.
+- ``slim_checkpoint(src, dst)``: the weights and what rebuilds the model from a checkpoint
+  (``SLIM_KEYS``), without the optimiser, loop and callback states: a checkpoint to ship or share
+  for evaluation and analysis (``repro test``, ``repro analyze``), a third of a training one.
 """
 
 from __future__ import annotations
@@ -100,6 +103,21 @@ def load_checkpoint(path: str | os.PathLike, *, what: str = "checkpoint", map_lo
         raise CheckpointError(f"{what} {str(path)!r} holds a {kind} without a 'state_dict': not a Lightning checkpoint "
                               "of this repository (<run dir>/checkpoints/last.ckpt)")
     return checkpoint
+
+
+#: what a slim checkpoint keeps: the weights, the model's and the data's arguments, and where
+#: in training the weights come from
+SLIM_KEYS = ("state_dict", "hyper_parameters", "hparams_name", "datamodule_hyper_parameters",
+             "datamodule_hparams_name", "pytorch-lightning_version", "epoch", "global_step")
+
+
+def slim_checkpoint(src: str | os.PathLike, dst: str | os.PathLike) -> dict:
+    """Write ``src``'s ``SLIM_KEYS`` to ``dst`` (atomically) and return them. The result loads like
+    any checkpoint for ``test``/``validate``/``predict`` and the analyses, but cannot resume training."""
+    checkpoint = load_checkpoint(src)
+    slim = {key: checkpoint[key] for key in SLIM_KEYS if key in checkpoint}
+    atomic_write(dst, lambda f: torch.save(slim, f), binary=True)
+    return slim
 
 
 def checkpoint_step(checkpoint: dict) -> int:

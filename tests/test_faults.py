@@ -605,3 +605,28 @@ def test_under_slurm_the_trainer_requeues_itself(monkeypatch, tmp_path):
         assert signal.getsignal(signal.SIGUSR1) == previous and signal.getsignal(signal.SIGTERM) == cli.signals.handle
     finally:
         cli.signals.restore()
+
+
+def test_a_slim_checkpoint_tests_like_the_training_one(finished, tmp_path):
+    """scripts/slim_checkpoint.py: the weights and the model's arguments only; `repro test` on it
+    gives the fit's own test numbers."""
+    root, run = copy_run(finished, tmp_path)
+    slim = tmp_path / "slim.ckpt"
+    done = subprocess.run([sys.executable, "scripts/slim_checkpoint.py", str(run / "checkpoints" / "last.ckpt"),
+                           str(slim)], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    full = torch.load(run / "checkpoints" / "last.ckpt", weights_only=False)
+    small = torch.load(slim, weights_only=True)
+    assert "optimizer_states" in full and set(small) <= set(full) and "optimizer_states" not in small
+    assert slim.stat().st_size < 0.6 * (run / "checkpoints" / "last.ckpt").stat().st_size
+    assert all(torch.equal(small["state_dict"][k], v) for k, v in full["state_dict"].items())
+    result = repro("test", "--config", DIGITS, "--run.root", str(root), *TINY, "--ckpt_path", str(slim),
+                   case="test on a slim checkpoint")
+    assert result.returncode == 0, result.output[-3000:]
+    fit_test = json.loads((run / "results.json").read_text())["test"]
+    [tested] = [row for row in csv.DictReader((run / "test" / "metrics.csv").open()) if row.get("test/acc")]
+    assert float(tested["test/acc"]) == pytest.approx(fit_test["test/acc"], abs=1e-7)
+    assert float(tested["test/loss"]) == pytest.approx(fit_test["test/loss"], rel=1e-5)
+    bad = subprocess.run([sys.executable, "scripts/slim_checkpoint.py", str(run / "config.yaml"), str(tmp_path / "x.ckpt")],
+                         cwd=REPO, capture_output=True, text=True)
+    assert bad.returncode == 2 and "is not a checkpoint" in bad.stderr and not (tmp_path / "x.ckpt").exists()
