@@ -8,7 +8,7 @@ Offline, W&B itself would stage the files and record their absolute paths in the
 file, which a copy of the run directory elsewhere could not upload. So an offline run logs no
 artifact; it records the pending one in ``<run dir>/wandb/pending_artifacts.json`` (name, type,
 aliases, metadata, run id and project, and the checkpoint files as paths relative to the run
-directory), and ``python -m reproductions sync`` logs it after uploading the run: it resumes the
+directory), and ``repro sync`` logs it after uploading the run: it resumes the
 uploaded run (``resume="must"``), logs the artifact from the files where they are now, waits for
 it within a bounded time, finishes, and marks the entry uploaded (``"uploaded": <time>``).
 

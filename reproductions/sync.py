@@ -1,7 +1,7 @@
-"""``python -m reproductions sync PATH [--dry-run]``: upload the offline W&B runs under PATH.
+"""``repro sync PATH [--dry-run]``: upload the offline W&B runs under PATH.
 
-    python -m reproductions sync runs/vit/position-cpu            # a sweep: its runs and its report run
-    python -m reproductions sync runs/vit/position-cpu/pos_embed=none/seed0 --dry-run
+    repro sync runs/vit/position-cpu            # a sweep: its runs and its report run
+    repro sync runs/vit/position-cpu/pos_embed=none/seed0 --dry-run
 
 Finds every offline W&B run under PATH (training runs, their ``test``/``validate`` runs and
 report runs: each ``wandb/offline-run-*`` folder), prints what it will upload and what it skips,
@@ -156,7 +156,7 @@ def run_wandb_sync(command: list[str], env: dict[str, str]) -> int:
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     p = argparse.ArgumentParser(
-        prog="python -m reproductions sync",
+        prog="repro sync",
         description="Upload the offline W&B runs under PATH (training, test/validate and report runs) with wandb sync.",
         allow_abbrev=False,
     )
@@ -217,7 +217,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         status = run_wandb_sync(command, env)
         if status != 0:
             raise RunFailed(f"wandb sync exited with status {status}; see its output above, then rerun "
-                            f"python -m reproductions sync {root}")
+                            f"repro sync {root}")
         left = [r for r in find_offline_runs(root) if r.state == "to upload" and r.folder in {t.folder for t in todo}]
     # an artifact goes into its run once the run is uploaded
     waiting = {r.run_id for r in left}

@@ -18,7 +18,7 @@ run's pending model artifact (``wandb/pending_artifacts.json``, ``reproductions.
 
 Mode: offline unless the user has a W&B key (env or netrc) or chose a mode via WANDB_MODE. An
 online run whose server does not answer within ``WANDB_INIT_TIMEOUT`` seconds (default 30)
-says so in one line and goes on offline under the same id (``python -m reproductions sync``
+says so in one line and goes on offline under the same id (``repro sync``
 uploads it later); with ``WANDB_MODE=online`` it stops with one error line instead.
 
 Summary: ``results_summary`` maps the fields of results.json onto flat summary keys, so the W&B
@@ -146,7 +146,7 @@ def init_run(init: dict[str, Any], *, say=None):
                             "WANDB_MODE=online asks for online only: check the server and key, or unset WANDB_MODE "
                             "to go on offline") from e
         say(f"W&B: server {where} did not start the run within {settings.init_timeout:g} s ({why}); going on "
-            f"offline under {Path(init['dir']) / 'wandb'}; upload later: python -m reproductions sync "
+            f"offline under {Path(init['dir']) / 'wandb'}; upload later: repro sync "
             f"{init['dir']}")
         run = wandb.init(**{**init, "mode": "offline"}, settings=settings)
     relative_links(run.settings.sync_dir)
