@@ -150,3 +150,39 @@ def format_summary(mad: torch.Tensor, label: str = "") -> str:
     for row in summarize(mad):
         lines.append(f"{row['layer']:5d} {row['mean']:7.2f} {row['min']:7.2f} {row['max']:7.2f}")
     return "\n".join(lines)
+
+
+#: a head is local when its mean attention distance is below this fraction of uniform attention's
+LOCAL_FRACTION = 0.75
+
+
+def locality(layers: Sequence[dict], uniform: float, *, local_fraction: float = LOCAL_FRACTION) -> dict:
+    """The paper's reading of Fig. 7 (right) and Fig. 11 checked on ``summarize``'s rows:
+
+    - ``local_heads``: heads of the first layer whose distance is below ``local_fraction`` x the
+      uniform-attention distance ("some heads attend locally in the lowest layers");
+    - ``grows_with_depth``: the last layer's mean distance is above the first layer's ("the
+      attention distance increases with network depth").
+
+    ``verdict``: "holds" when both are seen, "partly" when one is, "does not hold" when neither.
+    The numbers beside it (the first layer's range, both layers' means, all relative to uniform)
+    say by how much.
+    """
+    if not layers:
+        raise ValueError("no layers to check")
+    first, last = layers[0], layers[-1]
+    local = [h for h in first["heads"] if h < local_fraction * uniform]
+    grows = len(layers) > 1 and last["mean"] > first["mean"]
+    seen = int(bool(local)) + int(grows)
+    return {
+        "uniform": uniform,
+        "local_fraction": local_fraction,
+        "local_heads": len(local),
+        "heads": len(first["heads"]),
+        "first_layer_min": first["min"],
+        "first_layer_max": first["max"],
+        "first_layer_mean": first["mean"],
+        "last_layer_mean": last["mean"],
+        "grows_with_depth": grows,
+        "verdict": ("does not hold", "partly", "holds")[seen],
+    }

@@ -116,3 +116,26 @@ def test_model_distance_is_bounded_and_summarised():
     assert [r["layer"] for r in rows] == [1, 2, 3]
     assert rows[0]["min"] <= rows[0]["mean"] <= rows[0]["max"] and len(rows[0]["heads"]) == 2
     assert "layer    mean     min     max" in format_summary(mad)
+
+
+def _layers(*rows):
+    return [{"layer": i + 1, "mean": sum(r) / len(r), "min": min(r), "max": max(r), "heads": list(r)}
+            for i, r in enumerate(rows)]
+
+
+def test_locality_reads_the_papers_two_observations():
+    from analysis.distance import locality
+    uniform = 14.44
+    paper_like = locality(_layers([4.0, 14.0, 13.0], [14.0, 14.5, 15.0]), uniform)
+    assert (paper_like["local_heads"], paper_like["grows_with_depth"], paper_like["verdict"]) == (1, True, "holds")
+    flat = locality(_layers([14.0, 14.5], [14.5, 14.6]), uniform)  # nearly uniform everywhere: grows a little
+    assert (flat["local_heads"], flat["verdict"]) == (0, "partly")
+    neither = locality(_layers([14.0, 15.0], [13.0, 13.5]), uniform)
+    assert neither["verdict"] == "does not hold" and not neither["grows_with_depth"]
+    local_only = locality(_layers([10.0, 15.0], [9.0, 10.0]), uniform)
+    assert (local_only["local_heads"], local_only["verdict"]) == (1, "partly")
+    # the threshold is a fraction of uniform attention: 10.8 px is local at 0.75 x 14.44 = 10.83
+    assert locality(_layers([10.8, 15.0]), uniform)["local_heads"] == 1
+    assert locality(_layers([10.9, 15.0]), uniform)["local_heads"] == 0
+    with pytest.raises(ValueError, match="no layers"):
+        locality([], uniform)
