@@ -35,6 +35,7 @@ from analysis.attention import token_layout
 from analysis.distance import (
     CLASS_TOKEN_MODES,
     DEFAULT_NUM_IMAGES,
+    locality,
     mean_attention_distance,
     summarize,
     uniform_distance,
@@ -108,13 +109,17 @@ class AttentionDistanceCallback(Callback):
             class_token=self.class_token, batch_size=self.batch_size,
         )
         layers = summarize(mad)
-        uniform = uniform_distance(token_layout(net, images.shape[-2:]))
+        layout = token_layout(net, images.shape[-2:])
+        uniform = uniform_distance(layout)
         self.results = {
             "num_images": int(min(self.num_images, len(images))),
             "class_token": self.class_token,
+            "grid_size": list(layout.grid_size),
+            "pixels_per_token": list(layout.pixels_per_token),
             "uniform_attention_distance": uniform,
             "step": int(trainer.global_step),
             "attention_distance": layers,
+            "locality": locality(layers, uniform),
         }
         metrics = {f"analysis/mad_layer{row['layer']}": row["mean"] for row in layers}
         label = type(net).__name__

@@ -8,7 +8,8 @@ profiles under the root, runs each sweep's claim checks (those of ``repro report
 one Markdown page: the commands that regenerate it, the hardware the runs recorded, then per
 sweep and claim a table with one row per profile in scale order (the sweep file's ``scale`` of
 each profile), with a - b ± its standard error and the verdict, and a figure of a - b against
-the scale (PNG, under ``--figures``) where a claim was measured at two or more scales. What goes
+the scale (PNG, under ``--figures``) where a claim was measured at two or more scales; then the
+attention-distance claim on every finished ViT run's analysis (not with ``--sweep``). What goes
 in the page is described in ``reproductions/sweeping/claims_page.py``. Nothing is written until
 all is computed, and then atomically; a root without any finished run is an error (exit 2).
 """
@@ -22,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+from reproductions.sweeping.attention_claim import distance_groups
 from reproductions.sweeping.claims_page import SMOKE_PROFILE, build_page, gather, write_page
 from reproductions.sweeping.plan import make_plan
 from reproductions.sweeping.spec import DEFAULT_PROFILE, SweepError, load_sweep, profiles_by_sweep
@@ -67,11 +69,13 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     sweeps = list(args.sweep or profiles_by_sweep())
     try:
         gathered = gather(sweeps, args.root, smoke=args.smoke)
-        if not any(sc.measured for sc in gathered):
+        distances = distance_groups(args.root, smoke=args.smoke) if not args.sweep else None
+        if not any(sc.measured for sc in gathered) and not distances:
             print(f"error: no finished runs under {args.root}: make some first, e.g. "
                   f"{_first_sweep_command(sweeps, args.root)}, then run {_command(args)} again", file=sys.stderr)  # fmt: skip
             return 2
-        page = build_page(gathered, args.out, args.figures, root=args.root, command=_command(args))
+        page = build_page(gathered, args.out, args.figures, root=args.root, command=_command(args),
+                          distances=distances)
     except SweepError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

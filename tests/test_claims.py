@@ -139,3 +139,42 @@ def test_the_command_is_in_repro_help_and_every_profile_of_the_repository_names_
     assert re.search(r"^  claims +every sweep's claims at every scale", commands_help(), re.MULTILINE)
     unscaled = [f"{s}:{name}" for s in SWEEPS for name, p in load_sweep(s).profiles.items() if p.scale is None]
     assert unscaled == []
+
+
+def put_distances(run_dir, heads_by_layer, grid=(7, 7), uniform=14.44):
+    rows = [{"layer": i + 1, "mean": sum(h) / len(h), "min": min(h), "max": max(h), "heads": h}
+            for i, h in enumerate(heads_by_layer)]
+    atomic_write_json(run_dir / "analysis" / "attention_distance.json",
+                      {"num_images": 128, "grid_size": list(grid), "uniform_attention_distance": uniform,
+                       "attention_distance": rows})  # fmt: skip
+    (run_dir / "analysis" / "attention_distance.png").write_bytes(PNG)
+
+
+def test_attention_distance_section_pools_seeds_orders_by_scale_and_copies_the_longest_runs_figure(tmp_path):
+    root = tmp_path / "runs"
+    long = {**result("default", 0, 0.9, experiment="vit/long"), "training": {"epochs": 20, "steps": 8000, "samples_seen": 1_080_000}}
+    short = {**result("default", 0, 0.8, experiment="vit/short"), "training": {"epochs": 4, "steps": 1600, "samples_seen": 216_000}}
+    for name, res, layers in [
+        ("long/default/seed0", long, [[5.0, 14.0], [15.0, 16.0]]),
+        ("long/default/seed1", {**long, "seed": 1}, [[9.0, 14.0], [15.0, 15.0]]),  # pooled layer 1: 7.0 and 14.0
+        ("short/default/seed0", short, [[14.0, 15.0], [13.0, 14.0]]),
+        ("digits/default/seed0", {**result("default", 0, 0.9, experiment="vit/digits")}, [[2.0, 3.0], [3.0, 3.5]]),
+    ]:
+        atomic_write_json(root / name / RESULTS_FILE, res)
+        put_distances(root / name, layers, **({"grid": (4, 4), "uniform": 3.41} if "digits" in name else {}))
+    atomic_write_json(root / "failed" / "default" / "seed0" / RESULTS_FILE, {**short, "status": "failed"})
+    put_distances(root / "failed" / "default" / "seed0", [[1.0, 1.0], [9.0, 9.0]])
+    out, figures = tmp_path / "docs" / "claims.md", tmp_path / "docs" / "figures" / "claims"
+    assert claims_main(["--root", str(root), "--out", str(out), "--figures", str(figures)]) == 0
+    section = out.read_text().split("## Attention distance", 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines() if line.startswith("| vit/")]
+    assert [r[0] for r in rows] == ["vit/digits", "vit/short", "vit/long"]  # 16 tokens first, then by samples
+    assert [r[1] for r in rows] == ["16", "49", "49"]
+    long_row = rows[2]
+    assert long_row[3] == "2" and long_row[5] == "7.00 - 14.00" and long_row[7] == "1 of 2"
+    assert long_row[8] == "**holds** (holds, holds)"
+    assert rows[1][8].startswith("**does not hold**")  # no local head, shrinking with depth
+    assert rows[0][7] == "1 of 2" and rows[0][8].startswith("**holds**")  # 2.0 < 0.75 x 3.41
+    [figure] = figures.glob("attention-distance-*.png")
+    assert figure.read_bytes() == PNG and "vit-long" in figure.name
+    assert f"](figures/claims/{figure.name})" in section

@@ -18,7 +18,11 @@ profiles without a scale last. A claim with a difference at two or more scales g
 (``figures.plot_claim_by_scale``), linked from the page by a relative path. The ``smoke``
 profiles (seconds per run, for tests; not a result) are left out unless asked for.
 
-Layer: beside ``report``, above ``figures`` (imports spec, plan, collect, claims, figures).
+The attention-distance claim, which no sweep checks (every ViT fit measures it), has its own
+section (``attention_claim``) after the sweeps.
+
+Layer: beside ``report``, above ``figures`` (imports spec, plan, collect, claims, figures,
+attention_claim).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reproductions.sweeping.attention_claim import DistanceGroup, distance_section
 from reproductions.sweeping.claims import ClaimLine, Comparison, check_claims
 from reproductions.sweeping.collect import VariantResults, collect
 from reproductions.sweeping.figures import plot_claim_by_scale, png_bytes
@@ -233,8 +238,9 @@ def _sweep_section(sc: SweepClaims, page_dir: Path, figure_dir: Path, figures: d
 
 
 def build_page(gathered: list[SweepClaims], out: str | os.PathLike, figure_dir: str | os.PathLike, *, root: str | os.PathLike,
-               command: str) -> Page:  # fmt: skip
-    """The page at ``out`` and its figures under ``figure_dir`` (drawn in memory, not written)."""
+               command: str, distances: list[DistanceGroup] | None = None) -> Page:  # fmt: skip
+    """The page at ``out`` and its figures under ``figure_dir`` (drawn in memory, not written);
+    ``distances`` (``attention_claim.distance_groups``) adds the attention-distance section."""
     out, figure_dir = Path(out), Path(figure_dir)
     page_dir = out.parent
     figures: dict[Path, bytes] = {}
@@ -269,6 +275,8 @@ def build_page(gathered: list[SweepClaims], out: str | os.PathLike, figure_dir: 
     for sc in gathered:
         if sc.measured:
             lines += _sweep_section(sc, page_dir, figure_dir, figures)
+    if distances is not None:
+        lines += distance_section(distances, page_dir, figure_dir, figures)
     unmeasured = [sc for sc in gathered if not sc.measured]
     if unmeasured:
         lines += ["## Sweeps not run here", ""]
