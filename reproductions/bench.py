@@ -4,7 +4,8 @@
     repro bench vit       # ViT step per position embedding vs timm; cost vs tokens and batch; GFLOP/s
     repro bench hybrid    # HybridViT and ResNet (config shapes): channels_last vs contiguous, GFLOP/s
     repro bench data      # image and behaviour DataModules: batches/s vs the model's steps/s (>= 2x)
-    repro bench bst       # BST vs an nn.TransformerEncoder BST (>= 1.0x) by length and blocks; AUC/GAUC
+    repro bench bst       # BST vs an nn.TransformerEncoder BST (>= 1.0x) and FuxiCTR's BST (>= 1.2x; its
+                          # environment: scripts/bench_env.sh) by length and blocks; AUC/GAUC
     repro bench gpu       # ViT-B/16 and BST in bf16 on one GPU: images/s and MFU (exit 2 without CUDA)
 
 Every comparison runs in one process on the same inputs, alternating the candidates over

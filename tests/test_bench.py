@@ -12,9 +12,11 @@ import yaml
 from lightning_modules.model_stats import count_flops, count_parameters
 from reproductions.bench import main
 from reproductions.benchmarks import common
+from reproductions.benchmarks import bst as bst_bench
+from reproductions.benchmarks import fuxictr_peer
 from reproductions.benchmarks.bst import (
-    TorchEncoderBST, bst_kwargs, copy_block_weights, eval_data, our_bst, ours_auc, ours_gauc, ours_gauc_exact,
-    random_batch, reference_auc, reference_gauc,
+    PEER_TARGET, Peer, TorchEncoderBST, bst_kwargs, copy_block_weights, eval_data, our_bst, ours_auc, ours_gauc,
+    ours_gauc_exact, paired_result, peer_list, random_batch, reference_auc, reference_gauc,
 )
 from reproductions.benchmarks.gpu import table_peak
 from reproductions.benchmarks.vit import (
@@ -208,6 +210,76 @@ def test_evaluation_metrics_agree_with_sklearn():
     assert ours_gauc_exact(data, cpu) == pytest.approx(reference_gauc(data), abs=1e-9)
     assert ours_gauc(data, 4096, cpu) == pytest.approx(reference_gauc(data), abs=1e-6)  # compute() is float32
     assert ours_auc(data, 4096, cpu) == pytest.approx(reference_auc(data), abs=1e-5)
+
+
+def test_fuxictr_peer_is_skipped_with_one_line_without_fuxictr(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(fuxictr_peer, "available", lambda: "ModuleNotFoundError: No module named 'fuxictr'")
+    out = tmp_path / "bst.json"
+    assert main(["bst", "--peers", "fuxictr", "--seq-lens", "4", "--blocks", "1", "--batch-size", "4", *TINY_RUN,
+                 "--skip-eval", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    lines = [line for line in printed if "FuxiCTR" in line]
+    assert len(lines) == 1 and "skipped" in lines[0] and "scripts/bench_env.sh" in lines[0]
+    result = json.loads(out.read_text())
+    assert "No module named 'fuxictr'" in result["fuxictr"]["skipped"] and "training" not in result
+
+
+def test_paired_result_reports_the_median_ratio_and_its_spread():
+    ours, peer = common.Measurement("ours", [2.0, 4.0, 6.0], 4.0), common.Measurement("peer", [1.0, 4.0, 2.0], 2.0)
+    r = paired_result(ours, peer)
+    assert r["paired_ratios"] == [2.0, 1.0, 3.0] and r["median_paired_ratio"] == 2.0
+    assert r["spread"] == [1.0, 3.0] and r["ratio"] == 2.0
+
+
+def test_peer_list_accepts_known_peers_only():
+    assert peer_list("fuxictr, torch_encoder") == ["fuxictr", "torch_encoder"]
+    with pytest.raises(Exception, match="subset"):
+        peer_list("deepctr")
+
+
+def test_peer_comparison_table_on_a_tiny_shape(tmp_path, capsys, monkeypatch):
+    """The FuxiCTR part's grid, ratios and table, with a stand-in peer (our own BST) where fuxictr is absent."""
+    stand_in = Peer(label="FuxiCTR BST", skip_line=lambda: None, version=lambda: "stand-in",
+                    build=lambda kwargs, seq_len, blocks, device: our_bst(kwargs, seq_len, blocks, seed=1),
+                    batch=lambda batch, kwargs: batch)
+    monkeypatch.setattr(bst_bench, "FUXICTR", stand_in)
+    result = _run(tmp_path, "bst", "--peers", "fuxictr", "--seq-lens", "4,6", "--blocks", "1", "--batch-size", "4",
+                  *TINY_RUN, "--rounds", "2", "--skip-eval")
+    fx = result["fuxictr"]
+    assert fx["skipped"] is None and fx["version"] == "stand-in" and "training" not in result
+    assert [(r["seq_len"], r["blocks"]) for r in fx["rows"]] == [(4, 1), (6, 1)]
+    for r in fx["rows"]:
+        assert r["params"] == r["peer_params"]
+        for part in ("training", "inference"):
+            p = r[part]
+            assert len(p["ours"]["rates"]) == len(p["peer"]["rates"]) == 2
+            assert p["paired_ratios"] == [a / b for a, b in zip(p["ours"]["rates"], p["peer"]["rates"])]
+            assert p["median_paired_ratio"] == statistics.median(p["paired_ratios"])
+            assert p["spread"] == [min(p["paired_ratios"]), max(p["paired_ratios"])]
+    assert fx["pass"] == all(r["training"]["median_paired_ratio"] >= PEER_TARGET for r in fx["rows"])
+    (table,) = result["tables"]
+    assert len(table["rows"]) == 2 and "training x FuxiCTR" in table["columns"] and "inference spread" in table["columns"]
+    assert table["rows"][0][5] == f"{fx['rows'][0]['training']['median_paired_ratio']:.3f}x"
+    assert "BST vs FuxiCTR's BST, training:" in capsys.readouterr().out
+
+
+def test_fuxictr_peer_has_our_shape():
+    """Where fuxictr is installed (scripts/bench_env.sh): the same widths and parameters but the position
+    tables, FuxiCTR's masks, one training step."""
+    pytest.importorskip("fuxictr")
+    kwargs, L = bst_kwargs(), 10
+    peer, ours = fuxictr_peer.fuxictr_bst(kwargs, L, 1), our_bst(kwargs, L, 1)
+    position = kwargs["position_dim"]
+    assert count_parameters(peer) - (L + 1) * position == count_parameters(ours) - kwargs["n_position_buckets"] * position
+    batch = random_batch(kwargs, 16, L)
+    theirs = fuxictr_peer.fuxictr_batch(batch, kwargs)
+    padding, attn = fuxictr_peer.padding_and_attention_masks(theirs["click_history"], kwargs["num_heads"])
+    assert padding[:, :-1].equal(~batch["hist_mask"]) and not padding[:, -1].any()
+    assert attn.shape == (16 * kwargs["num_heads"], L + 1, L + 1) and not attn.diagonal(dim1=1, dim2=2).any()
+    out = peer(theirs)
+    assert out.shape == (16,) and torch.isfinite(out).all()
+    torch.nn.functional.binary_cross_entropy_with_logits(out, batch["label"]).backward()
+    assert all(p.grad is not None for p in peer.transformer.parameters())
 
 
 # ------------------------------------------------------------------------------------------- gpu

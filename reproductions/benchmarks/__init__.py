@@ -7,7 +7,8 @@ Each module has ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) ->
 - ``vit``: ViT step per position embedding vs timm; cost against tokens and batch; GFLOP/s (``vit.py``)
 - ``hybrid``: HybridViT and ResNet at their Fashion-MNIST config shapes, channels_last vs contiguous (``hybrid.py``)
 - ``data``: DataModule batches/s against the model's training steps/s, images and behaviour data (``data.py``)
-- ``bst``: BST vs an ``nn.TransformerEncoder`` BST over sequence length and blocks; AUC/GAUC evaluation (``bst.py``)
+- ``bst``: BST vs an ``nn.TransformerEncoder`` BST and FuxiCTR's BST (``fuxictr_peer.py``, where fuxictr is
+  installed) over sequence length and blocks; AUC/GAUC evaluation (``bst.py``)
 - ``gpu``: ViT-B/16 and BST in bf16 with fused attention: throughput and model FLOPs utilisation (``gpu.py``)
 """
 

@@ -1,4 +1,4 @@
-"""``bench bst``: BST training against an ``nn.TransformerEncoder`` BST, and AUC/GAUC evaluation throughput.
+"""``bench bst``: BST training against an ``nn.TransformerEncoder`` BST and FuxiCTR's BST; AUC/GAUC throughput.
 
 1. **Training.** Samples/s and peak memory of ``models.ctr.BST`` (``reproductions/bst/configs/
    bst.yaml``'s keywords: width 64, 8 heads, feed-forward 256, dropout 0.2, post-LN, MLP
@@ -11,8 +11,20 @@
    weights copied over (``copy_block_weights``), the same outputs (tested). The step is BCE on
    the logits (as ``lightning_modules.ctr.CTRModule``), backward, AdamW, on the same random
    batches (left-padded histories of random length). Target: ours >= 1.0x the reference
-   (geometric mean over the grid; PASS/FAIL per shape too).
-2. **Evaluation.** AUC and GAUC of 10^6 predictions over 10^4 users, fed in batches of 4096 as
+   (geometric mean over the grid; PASS/FAIL per shape too). ``--peers`` holds ``torch_encoder``
+   (the default).
+2. **Against FuxiCTR's BST** (``--peers`` holds ``fuxictr``, the default). A BST built from
+   FuxiCTR's own layers the way its model zoo's BST is (``fuxictr_peer``: FuxiCTR's wheel has no
+   BST), at our shape (the same embedding widths, heads, blocks, feed-forward and MLP). Per sequence
+   length and block count, on the same random batches (renamed to FuxiCTR's feature names): a
+   training step (forward, backward, AdamW; BCE on logits on both sides) and an inference forward
+   (eval, ``torch.inference_mode``), each as paired A/B rounds of the two alone (alternating the
+   order every round). Reported: samples/s, the median of the per-round ratios and their spread
+   (min-max). Target: training >= 1.2x FuxiCTR's at every shape (PASS/FAIL). FuxiCTR is never a
+   dependency of this repository: ``scripts/bench_env.sh`` creates ``.venv-bench`` with it, and
+   ``.venv-bench/bin/repro bench bst ...`` runs this part; without it the part is skipped with one
+   line saying so.
+3. **Evaluation.** AUC and GAUC of 10^6 predictions over 10^4 users, fed in batches of 4096 as
    evaluation does: ``lightning_modules.metrics.GroupAUROC`` and torchmetrics ``BinaryAUROC``
    (update + compute) against scikit-learn: ``roc_auc_score`` on all predictions (AUC) and
    ``roc_auc_score`` per user in a Python loop, impressions-weighted (GAUC), on the users with the
@@ -25,6 +37,8 @@ from __future__ import annotations
 import argparse
 import copy
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
@@ -33,16 +47,20 @@ import torch.nn.functional as F
 from torch import nn
 
 from models.ctr import BST, masked_mean
+from lightning_modules.model_stats import count_parameters
+from reproductions.benchmarks import fuxictr_peer
 from reproductions.benchmarks.common import (
-    Report, Table, TrainStep, add_run_args, alternate, bce_with_logits, compare, config_net, fmt_flops, fmt_fraction,
-    fmt_mib, fmt_rate, fmt_ratio, int_list, measure_rate, median, memory_method, pass_fail, read_config, run_settings,
-    setup_run,
+    InferenceStep, Measurement, Report, Table, TrainStep, add_run_args, alternate, bce_with_logits, compare, config_net,
+    fmt_flops, fmt_fraction, fmt_mib, fmt_rate, fmt_ratio, int_list, measure_rate, median, memory_method,
+    paired_ratios, pass_fail, read_config, run_settings, setup_run,
 )
 
 NAME = "bst"
-HELP = "BST vs an nn.TransformerEncoder BST over sequence length and blocks (target >= 1.0x); AUC/GAUC throughput"
+HELP = ("BST vs an nn.TransformerEncoder BST (target >= 1.0x) and FuxiCTR's BST (training >= 1.2x; where fuxictr is "
+        "installed) over sequence length and blocks; AUC/GAUC throughput")
 CONFIG = "reproductions/bst/configs/bst.yaml"
 TARGET = 1.0
+PEER_TARGET = 1.2  #: our BST's training samples/s over FuxiCTR's BST's, at every shape
 GAUC_TOLERANCE = 1e-9
 AUC_TOLERANCE = 1e-5
 
@@ -52,6 +70,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seq-lens", dest="seq_lens", type=int_list, default=[20, 50, 100, 200])
     parser.add_argument("--blocks", type=int_list, default=[1, 2, 3])
     parser.add_argument("--amp", choices=["none", "bf16"], default="none", help="autocast dtype (default fp32)")
+    parser.add_argument("--peers", type=peer_list, default=list(PEER_NAMES),
+                        help="comma-separated: torch_encoder (the nn.TransformerEncoder BST grid), fuxictr "
+                             "(FuxiCTR's BST, training and inference; skipped with one line where fuxictr is not "
+                             f"installed). Default {','.join(PEER_NAMES)}")
+    parser.add_argument("--skip-inference", dest="skip_inference", action="store_true",
+                        help="FuxiCTR comparison: training only")
     parser.add_argument("--n-preds", dest="n_preds", type=int, default=1_000_000, help="predictions to evaluate")
     parser.add_argument("--n-users", dest="n_users", type=int, default=10_000, help="users (GAUC groups)")
     parser.add_argument("--ref-users", dest="ref_users", type=int, default=1_000,
@@ -196,6 +220,121 @@ def training_table(rows: list[dict], title: str, notes: list[str], peak_flops: f
     return table
 
 
+# --------------------------------------------------------------------------------------------- peers
+PEER_NAMES = ("torch_encoder", "fuxictr")
+
+
+def peer_list(text: str) -> list[str]:
+    """'torch_encoder,fuxictr' -> the names (argparse type)."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in PEER_NAMES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"{text!r}: use a comma-separated subset of {','.join(PEER_NAMES)}")
+    return names
+
+
+@dataclass
+class Peer:
+    """A third-party BST: ``skip_line()`` (None when it can run, else the one line printed instead),
+    ``version()``, ``build(kwargs, seq_len, blocks, device)`` and ``batch(our_batch, kwargs)`` (its
+    input format)."""
+
+    label: str
+    skip_line: Callable[[], str | None]
+    version: Callable[[], str]
+    build: Callable[[dict, int, int, torch.device], nn.Module]
+    batch: Callable[[dict, dict], dict]
+
+
+FUXICTR = Peer(
+    label="FuxiCTR BST",
+    skip_line=fuxictr_peer.skip_line,
+    version=fuxictr_peer.version,
+    build=lambda kwargs, seq_len, blocks, device: fuxictr_peer.fuxictr_bst(kwargs, seq_len, blocks, device=device),
+    batch=fuxictr_peer.fuxictr_batch,
+)
+
+
+def paired_result(ours: Measurement, peer: Measurement) -> dict:
+    """Ours against a peer measured in the same rounds: both sides, the ratio of medians, the
+    per-round ratios, their median and spread (min, max)."""
+    paired = paired_ratios(ours.rates, peer.rates)
+    return {"ours": ours.to_json(), "peer": peer.to_json(), "ratio": ours.median / peer.median,
+            "paired_ratios": paired, "median_paired_ratio": median(paired), "spread": [min(paired), max(paired)]}
+
+
+def peer_grid(kwargs: dict, peer: Peer, *, seq_lens: list[int], blocks: list[int], batch_size: int,
+              device: torch.device, amp_dtype: torch.dtype | None, rounds: int, steps: int, warmup: int,
+              inference: bool = True) -> list[dict]:
+    """Our BST and ``peer`` at every (sequence length, blocks): a training A/B, then an inference
+    A/B, each over ``rounds`` rounds of the two alone; rows of ``paired_result``s."""
+    rows = []
+    timing = dict(rounds=rounds, steps_per_measure=steps, warmup=warmup, device=device, matmul_dtype=None,
+                  count=False)
+    for L in seq_lens:
+        batches = ctr_batches(kwargs, batch_size, L)
+        theirs = [(peer.batch(x, kwargs), y) for x, y in batches]
+        for b in blocks:
+            ours_model, peer_model = our_bst(kwargs, L, b), peer.build(kwargs, L, b, device)
+            row = {"seq_len": L, "blocks": b, "params": count_parameters(ours_model),
+                   "peer_params": count_parameters(peer_model)}
+            print(f"[bst] vs {peer.label}: seq_len {L}, blocks {b}: training", flush=True)
+            train = compare({"ours": TrainStep(ours_model, batches, bce_with_logits, device=device, amp_dtype=amp_dtype),
+                             "peer": TrainStep(peer_model, theirs, bce_with_logits, device=device, amp_dtype=amp_dtype)},
+                            **timing)
+            row["training"] = paired_result(train["ours"], train["peer"])
+            if inference:
+                print(f"[bst] vs {peer.label}: seq_len {L}, blocks {b}: inference", flush=True)
+                infer = compare({"ours": InferenceStep(our_bst(kwargs, L, b), batches, device=device, amp_dtype=amp_dtype),
+                                 "peer": InferenceStep(peer.build(kwargs, L, b, device), theirs, device=device,
+                                                       amp_dtype=amp_dtype)}, **timing)
+                row["inference"] = paired_result(infer["ours"], infer["peer"])
+            rows.append(row)
+    return rows
+
+
+def fmt_spread(result: dict) -> str:
+    low, high = result["spread"]
+    return f"{low:.2f}-{high:.2f}"
+
+
+def peer_table(rows: list[dict], peer_label: str, title: str, notes: list[str]) -> Table:
+    """Training (and inference, when measured) samples/s of both sides, the median of the per-round
+    ratios, their spread and the training target's PASS/FAIL."""
+    infer = any("inference" in r for r in rows)
+    columns = ["seq_len", "blocks", "params (BST / peer)", "training BST samples/s", f"training {peer_label} samples/s",
+               f"training x {peer_label}", "training spread", f">= {PEER_TARGET:g}x"]
+    if infer:
+        columns += ["inference BST samples/s", f"inference {peer_label} samples/s", f"inference x {peer_label}",
+                    "inference spread"]
+    columns += ["BST peak MiB", f"{peer_label} peak MiB"]
+    table = Table(title, columns)
+    for r in rows:
+        t = r["training"]
+        cells = [r["seq_len"], r["blocks"], f"{r['params']:,} / {r['peer_params']:,}", fmt_rate(t["ours"]["median"]),
+                 fmt_rate(t["peer"]["median"]), fmt_ratio(t["median_paired_ratio"]), fmt_spread(t),
+                 pass_fail(t["median_paired_ratio"], PEER_TARGET)]
+        if infer:
+            i = r.get("inference")
+            cells += ([fmt_rate(i["ours"]["median"]), fmt_rate(i["peer"]["median"]), fmt_ratio(i["median_paired_ratio"]),
+                       fmt_spread(i)] if i else ["-"] * 4)
+        cells += [fmt_mib(t["ours"]["peak_bytes"]), fmt_mib(t["peer"]["peak_bytes"])]
+        table.add(*cells)
+    table.notes += notes
+    return table
+
+
+def peer_verdict(rows: list[dict], peer_label: str) -> str:
+    ratios = [r["training"]["median_paired_ratio"] for r in rows]
+    worst = min(ratios)
+    text = (f"{pass_fail(worst, PEER_TARGET)}: BST vs {peer_label}, training: {worst:.3f}x at the weakest shape "
+            f"(target >= {PEER_TARGET:g}x at every shape; {sum(x >= PEER_TARGET for x in ratios)}/{len(ratios)} pass)")
+    infer = [r["inference"]["median_paired_ratio"] for r in rows if "inference" in r]
+    if infer:
+        text += f"; inference {min(infer):.3f}x-{max(infer):.3f}x"
+    return text
+
+
 # --------------------------------------------------------------------------------------------- evaluation
 def eval_data(n_preds: int, n_users: int, seed: int = 0) -> dict[str, np.ndarray]:
     """Predictions (float32 multiples of 2^-12, so ties occur and both sides see the same values),
@@ -331,25 +470,52 @@ def run(args: argparse.Namespace) -> Report:
     device = setup_run(args)
     kwargs = bst_kwargs(args.config)
     amp = torch.bfloat16 if args.amp == "bf16" else None
-    print(f"[bst] training: seq_len {args.seq_lens} x blocks {args.blocks}, batch {args.batch_size}", flush=True)
-    cmp, rows = training_grid(kwargs, seq_lens=args.seq_lens, blocks=args.blocks, batch_size=args.batch_size,
-                              device=device, amp_dtype=amp, rounds=args.rounds, steps=args.steps, warmup=args.warmup)
-    overall = geometric_mean([r["ratio"] for r in rows])
-    table = training_table(rows, f"BST vs nn.TransformerEncoder BST, training samples/s (batch {args.batch_size}, "
-                                 f"{device.type}{', bf16' if amp else ''})", [
-        "reference: the same embeddings and MLP head, blocks = torch.nn.TransformerEncoder (post-LN, batch_first, "
-        "same width, heads, feed-forward, dropout placement); params equal (else BST / reference).",
-        f"peak MiB: {memory_method(device)}.",
-        f"median of {args.rounds} alternating rounds x {args.steps} steps; {torch.get_num_threads()} thread(s); "
-        f"geometric mean of BST x reference: {overall:.3f}x.",
-    ])
-    verdicts = [f"{pass_fail(overall, TARGET)}: BST vs nn.TransformerEncoder BST: {overall:.3f}x (geometric mean over "
-                f"{len(rows)} shapes; target >= {TARGET:g}x; per shape: "
-                f"{sum(r['ratio'] >= TARGET for r in rows)}/{len(rows)} pass)"]
-    result = {"settings": run_settings(args, device, amp=args.amp), "net": kwargs, "memory_method": memory_method(device),
-              "training": rows, "training_geomean_ratio": overall, "training_pass": overall >= TARGET,
-              "matmul_flops_per_sec": cmp.matmul}
-    tables = [table]
+    result = {"settings": run_settings(args, device, amp=args.amp), "net": kwargs, "memory_method": memory_method(device)}
+    tables, verdicts = [], []
+    grid = dict(seq_lens=args.seq_lens, blocks=args.blocks, batch_size=args.batch_size, device=device, amp_dtype=amp,
+                rounds=args.rounds, steps=args.steps, warmup=args.warmup)
+    if "torch_encoder" in args.peers:
+        print(f"[bst] training: seq_len {args.seq_lens} x blocks {args.blocks}, batch {args.batch_size}", flush=True)
+        cmp, rows = training_grid(kwargs, **grid)
+        overall = geometric_mean([r["ratio"] for r in rows])
+        tables.append(training_table(rows, f"BST vs nn.TransformerEncoder BST, training samples/s (batch "
+                                           f"{args.batch_size}, {device.type}{', bf16' if amp else ''})", [
+            "reference: the same embeddings and MLP head, blocks = torch.nn.TransformerEncoder (post-LN, batch_first, "
+            "same width, heads, feed-forward, dropout placement); params equal (else BST / reference).",
+            f"peak MiB: {memory_method(device)}.",
+            f"median of {args.rounds} alternating rounds x {args.steps} steps; {torch.get_num_threads()} thread(s); "
+            f"geometric mean of BST x reference: {overall:.3f}x.",
+        ]))
+        verdicts.append(f"{pass_fail(overall, TARGET)}: BST vs nn.TransformerEncoder BST: {overall:.3f}x (geometric "
+                        f"mean over {len(rows)} shapes; target >= {TARGET:g}x; per shape: "
+                        f"{sum(r['ratio'] >= TARGET for r in rows)}/{len(rows)} pass)")
+        result.update(training=rows, training_geomean_ratio=overall, training_pass=overall >= TARGET,
+                      matmul_flops_per_sec=cmp.matmul)
+    if "fuxictr" in args.peers:
+        skip = FUXICTR.skip_line()
+        if skip is not None:
+            print(f"[bst] {skip}", flush=True)
+            result["fuxictr"] = {"skipped": skip}
+        else:
+            version = FUXICTR.version()
+            print(f"[bst] vs {FUXICTR.label} (fuxictr {version}): seq_len {args.seq_lens} x blocks "
+                  f"{args.blocks}, batch {args.batch_size}", flush=True)
+            rows = peer_grid(kwargs, FUXICTR, inference=not args.skip_inference, **grid)
+            tables.append(peer_table(rows, "FuxiCTR", f"BST vs FuxiCTR's BST (fuxictr {version}), samples/s "
+                                                      f"(batch {args.batch_size}, {device.type}{', bf16' if amp else ''})", [
+                "FuxiCTR's BST: built from FuxiCTR's layers as its model zoo's BST, at our widths "
+                "(reproductions/benchmarks/fuxictr_peer.py); params differ only in the position tables.",
+                "x FuxiCTR: median of the per-round ratios (each round measures both, alternating the order); spread: "
+                "their min-max. Training: forward, BCE on logits, backward, AdamW; inference: eval forward under "
+                "torch.inference_mode.",
+                f"peak MiB (training step): {memory_method(device)}.",
+                f"{args.rounds} rounds x {args.steps} steps (after {args.warmup} warm-up); "
+                f"{torch.get_num_threads()} thread(s).",
+            ]))
+            verdicts.append(peer_verdict(rows, "FuxiCTR's BST"))
+            result["fuxictr"] = {"skipped": None, "version": version, "rows": rows,
+                                 "target": PEER_TARGET,
+                                 "pass": all(r["training"]["median_paired_ratio"] >= PEER_TARGET for r in rows)}
     if not args.skip_eval:
         eval_result, eval_table, eval_verdicts = evaluation(args, device)
         result["evaluation"] = eval_result

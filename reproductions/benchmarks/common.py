@@ -342,6 +342,35 @@ class TrainStep:
         return first_rows(self.batches[0][0])
 
 
+class InferenceStep:
+    """One inference forward per call, in eval mode under ``torch.inference_mode`` (and autocast when
+    ``amp_dtype``): what serving or evaluation costs. Same interface as ``TrainStep`` (``rate``,
+    ``example``, ``model``, ``batch_size``); the targets of ``batches`` are not used."""
+
+    def __init__(self, model: nn.Module, batches: Sequence[Batch], *, device: torch.device,
+                 amp_dtype: torch.dtype | None = None) -> None:
+        self.model = model.to(device).eval()
+        self.batches = [to_device(x, device) for x, _ in batches]
+        self.device = device
+        self.amp_dtype = amp_dtype
+        self.batch_size = len(next(iter(self.batches[0].values())) if isinstance(self.batches[0], dict)
+                              else self.batches[0])
+        self._i = 0
+
+    def __call__(self) -> None:
+        x = self.batches[self._i % len(self.batches)]
+        self._i += 1
+        with torch.inference_mode(), autocast(self.device, self.amp_dtype):
+            self.model(x)
+
+    def rate(self, *, steps: int, warmup: int) -> float:
+        """Samples per second."""
+        return measure_rate(self, steps=steps, warmup=warmup, items_per_step=self.batch_size, device=self.device)
+
+    def example(self) -> Any:
+        return first_rows(self.batches[0])
+
+
 def cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits, target)
 
@@ -560,7 +589,7 @@ def build_seeded(class_path: str, seed: int = 0, **kwargs: Any) -> Any:
 
 
 __all__ = [
-    "BenchmarkUnavailable", "Comparison", "Measurement", "Report", "compare", "fmt_fraction", "fmt_gflops", "Table", "TrainStep", "add_out_arg", "add_run_args", "alternate",
+    "BenchmarkUnavailable", "Comparison", "InferenceStep", "Measurement", "Report", "compare", "fmt_fraction", "fmt_gflops", "Table", "TrainStep", "add_out_arg", "add_run_args", "alternate",
     "bce_with_logits", "build", "build_seeded", "config_net", "count_parameters", "cross_entropy", "emit",
     "first_rows", "fmt_flops", "fmt_mib", "fmt_rate", "fmt_ratio", "forward_flops", "growth_verdict",
     "image_batches", "int_list", "matmul_rate", "measure_rate", "measure_rates", "median", "medians", "memory_method",
