@@ -184,7 +184,13 @@ class BSTBlock(nn.Module):
     Attention is the fused ``scaled_dot_product_attention`` with a key-padding mask; the
     explicit softmax runs only when the weights are asked for (analysis).
 
-    Shapes: x (B, T, D), key_mask (B, T) bool, True = a real token -> (B, T, D).
+    ``last_only=True`` computes the last token's output alone, (B, 1, D): the last row of the
+    full output, for a fraction of the work. Its query still attends over every key, and every
+    other step of the block acts on each token by itself, so nothing else is needed. BST's last
+    block does this when only the target token (the last) is pooled.
+
+    Shapes: x (B, T, D), key_mask (B, T) bool, True = a real token -> (B, T, D) ((B, 1, D) with
+    ``last_only``).
     """
 
     def __init__(self, *, dim: int, num_heads: int, ffn_dim: int, dropout: float, attn_dropout: float,
@@ -199,11 +205,22 @@ class BSTBlock(nn.Module):
         self.norm2 = nn.LayerNorm(dim)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, key_mask: torch.Tensor, need_weights: bool = False):
+    def forward(self, x: torch.Tensor, key_mask: torch.Tensor, need_weights: bool = False, last_only: bool = False):
         B, T, D = x.shape
-        q, k, v = self.qkv(x).view(B, T, 3, self.num_heads, D // self.num_heads).permute(2, 0, 3, 1, 4)
+        H = self.num_heads
         mask = key_mask[:, None, None, :]  # (B, 1, 1, T): broadcast over heads and queries
         weights = None
+        if last_only and not need_weights:
+            # qkv's output rows are [q | k | v]: keys and values of every token, the last token's query;
+            # one projection each, so no gradient has to be stacked and copied back into a joint layout
+            w, b = self.qkv.weight, self.qkv.bias
+            k = F.linear(x, w[D:2 * D], b[D:2 * D]).view(B, T, H, D // H).transpose(1, 2)
+            v = F.linear(x, w[2 * D:], b[2 * D:]).view(B, T, H, D // H).transpose(1, 2)
+            x = x[:, -1:]
+            q = F.linear(x, w[:D], b[:D]).view(B, 1, H, D // H).transpose(1, 2)
+            T = 1
+        else:
+            q, k, v = self.qkv(x).view(B, T, 3, H, D // H).permute(2, 0, 3, 1, 4)
         if need_weights:
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
             weights = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
@@ -363,11 +380,16 @@ class BST(CTRNet):
         return torch.cat(parts, dim=-1), mask
 
     def encode(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The transformer's sequence representation (B, d)."""
+        """The transformer's sequence representation (B, d).
+
+        Target pooling reads the last token's output alone, so the last block computes that token
+        only (``BSTBlock(last_only=True)``): the same values as running it on every token.
+        """
         x, mask = self.embed_sequence(batch)
-        for block in self.blocks:
-            x = block(x, mask)
-        return x[:, -1] if self.seq_pooling == "target" else masked_mean(x, mask)
+        target = self.seq_pooling == "target"
+        for i, block in enumerate(self.blocks):
+            x = block(x, mask, last_only=target and i == len(self.blocks) - 1)
+        return x[:, -1] if target else masked_mean(x, mask)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         h = torch.cat([self.encode(batch), self.features.other(batch)], dim=-1)

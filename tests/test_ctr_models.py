@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.ctr import BST, DIN, WDL, Dice, WDLSeq
+from models.ctr import BST, DIN, WDL, Dice, WDLSeq, masked_mean
 from models.ctr_batch import PAD, ZERO_DELTA_BUCKET
 
 N_ITEMS, N_CATS, N_USERS, PROFILE, N_BUCKETS = 50, 8, 20, (3, 5), 12
@@ -157,6 +157,47 @@ def test_every_parameter_gets_a_gradient(name):
         assert p.grad.abs().sum() > 0, f"{pname} got an all-zero gradient"
     probs = net.predict_proba(batch)
     assert ((probs > 0) & (probs < 1)).all()
+
+
+def full_sequence_bst_forward(net: BST, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """BST's forward computed the plain way: every block on every token, then the pooling."""
+    x, mask = net.embed_sequence(batch)
+    for block in net.blocks:
+        x = block(x, mask)
+    pooled = x[:, -1] if net.seq_pooling == "target" else masked_mean(x, mask)
+    return net.head(torch.cat([pooled, net.features.other(batch)], dim=-1)).squeeze(-1)
+
+
+@pytest.mark.parametrize("kw", [{}, dict(num_blocks=3), dict(position="index"), dict(position="none", num_blocks=2),
+                                dict(position="index", seq_pooling="mean", num_blocks=2)])
+@pytest.mark.parametrize("training", [False, True])
+def test_bst_forward_equals_the_full_sequence_computation(kw, training):
+    """With target pooling the last block computes the target token alone: the same outputs and gradients
+    as computing every token (float64, so that rounding flips no LeakyReLU kink)."""
+    torch.manual_seed(0)
+    net = tiny_bst(dropout=0.0, **kw).double().train(training)
+    batch = make_batch(LENGTHS, seq_len=7)
+    grads = []
+    for forward in (net, lambda b: full_sequence_bst_forward(net, b)):
+        net.zero_grad()
+        out = forward(batch)
+        out.sum().backward()
+        grads.append((out.detach(), [p.grad.clone() for p in net.parameters()]))
+    (out, g), (ref, g_ref) = grads
+    torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-10)
+    for name, a, b in zip([n for n, _ in net.named_parameters()], g, g_ref):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10, msg=name)
+
+
+def test_bst_block_last_only_is_the_last_row_of_the_full_output():
+    torch.manual_seed(0)
+    block = tiny_bst(num_blocks=1).blocks[0].eval()
+    x = torch.randn(5, 7, block.qkv.in_features)
+    mask = torch.rand(5, 7) > 0.4
+    mask[:, -1] = True
+    last = block(x, mask, last_only=True)
+    assert last.shape == (5, 1, x.shape[-1])
+    torch.testing.assert_close(last, block(x, mask)[:, -1:], rtol=1e-5, atol=1e-6)
 
 
 def test_bst_without_position_is_permutation_invariant_and_positions_matter_otherwise():
