@@ -41,6 +41,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -142,7 +143,7 @@ def build_report(plan: Plan, collected: list[VariantResults], figures: list[Path
     claims = [line.text for line in claim_lines]
     if sweep.report.get("check"):
         lines += ["## Our numbers on the claim", ""]
-        lines += [f"- {line}" if not line.startswith("  ") else f"  - {line.strip()}" for line in claims]
+        lines += claims_markdown(claims)
         lines.append("")
     if figures:
         lines += ["## Figures", ""]
@@ -194,6 +195,11 @@ def log_to_wandb(plan: Plan, report: Report, project: str = "attention-repro") -
     from reproductions.sweeping.publish import publish
 
     publish(plan, report, project)
+
+
+def claims_markdown(claims: Sequence[str]) -> list[str]:
+    """The claim lines as a markdown list, each pair's check (indented) nested under its claim."""
+    return [f"- {line}" if not line.startswith("  ") else f"  - {line.strip()}" for line in claims]
 
 
 def render(plan: Plan, figure_dir: str | os.PathLike | None = None) -> Report:
