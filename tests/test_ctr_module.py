@@ -17,7 +17,7 @@ from sklearn.metrics import roc_auc_score
 
 from datamodules.behavior import BehaviorDataModule
 from lightning_modules.base import warmup_schedule
-from lightning_modules.ctr import CTRModule, check_feature_sizes
+from lightning_modules.ctr import CTRModule, check_feature_sizes, fusable
 from lightning_modules.metrics import rela_impr
 from lightning_modules.metrics import GroupAUROC, group_auroc
 from models.ctr import BST, WDL
@@ -198,6 +198,28 @@ def test_weight_decay_spares_embeddings_norms_and_biases():
         is_linear_weight = name.endswith("weight") and p.ndim == 2 and "embedding" not in name and "features" not in name
         assert (id(p) in decayed) == is_linear_weight, name
     assert len(decay["params"]) + len(no_decay["params"]) == len(list(net.parameters()))
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "adam"])
+def test_optimizer_is_fused_on_a_cpu_and_updates_as_the_plain_one(optimizer):
+    """The fused kernel where the parameters allow it: the same update as the per-tensor loop."""
+    torch.manual_seed(0)
+    net = BST(n_items=10, n_categories=4, item_dim=4, category_dim=4, position_dim=4, num_heads=2, mlp_dims=(8,))
+    plain_net = copy.deepcopy(net)
+    fused = CTRModule(net, optimizer=optimizer, weight_decay=0.1).configure_optimizers()
+    module = CTRModule(plain_net, optimizer=optimizer, weight_decay=0.1)
+    plain = type(fused)([{k: g[k] for k in ("params", "weight_decay")} for g in module.parameter_groups()],
+                        lr=module.hparams.lr, foreach=False)
+    assert all(g["fused"] for g in fused.param_groups) and not plain.param_groups[0]["fused"]
+    for step in range(3):
+        for a, b in zip(net.parameters(), plain_net.parameters()):
+            a.grad = torch.full_like(a, 0.1 * (step + 1)).sin() + a.detach()
+            b.grad = a.grad.clone()
+        fused.step(), plain.step()
+    for a, b in zip(net.parameters(), plain_net.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+    assert not fusable([torch.nn.Parameter(torch.zeros(2, dtype=torch.float64)),
+                        torch.nn.Parameter(torch.zeros(2, device="meta"))])
 
 
 # ------------------------------------------------------------------------------------- training
