@@ -8,9 +8,10 @@
    activation, post-LN, dropout 0.2 after attention and after the feed-forward, none on the
    attention weights or inside the feed-forward, as BST's block; a key-padding mask), the form
    public PyTorch BST implementations take. Both have the same parameter count and, with the
-   weights copied over (``copy_block_weights``), the same outputs (tested). The step is BCE on
-   the logits (as ``lightning_modules.ctr.CTRModule``), backward, AdamW, on the same random
-   batches (left-padded histories of random length). Target: ours >= 1.0x the reference
+   weights copied over (``copy_block_weights``), the same outputs (tested); with target pooling
+   our last block computes the target token alone, the reference every token in every layer. The
+   step is BCE on the logits (as ``lightning_modules.ctr.CTRModule``), backward, AdamW, on the
+   same random batches (left-padded histories of random length). Target: ours >= 1.0x the reference
    (geometric mean over the grid; PASS/FAIL per shape too). ``--peers`` holds ``torch_encoder``
    (the default).
 2. **Against FuxiCTR's BST** (``--peers`` holds ``fuxictr``, the default). A BST built from
