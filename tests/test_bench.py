@@ -258,7 +258,8 @@ def test_peer_comparison_table_on_a_tiny_shape(tmp_path, capsys, monkeypatch):
             assert p["spread"] == [min(p["paired_ratios"]), max(p["paired_ratios"])]
     assert fx["pass"] == all(r["training"]["median_paired_ratio"] >= PEER_TARGET for r in fx["rows"])
     (table,) = result["tables"]
-    assert len(table["rows"]) == 2 and "training x FuxiCTR" in table["columns"] and "inference spread" in table["columns"]
+    assert len(table["rows"]) == 2
+    assert "training x FuxiCTR" in table["columns"] and "inference spread" in table["columns"]
     assert table["rows"][0][5] == f"{fx['rows'][0]['training']['median_paired_ratio']:.3f}x"
     assert "BST vs FuxiCTR's BST, training:" in capsys.readouterr().out
 
@@ -270,7 +271,8 @@ def test_fuxictr_peer_has_our_shape():
     kwargs, L = bst_kwargs(), 10
     peer, ours = fuxictr_peer.fuxictr_bst(kwargs, L, 1), our_bst(kwargs, L, 1)
     position = kwargs["position_dim"]
-    assert count_parameters(peer) - (L + 1) * position == count_parameters(ours) - kwargs["n_position_buckets"] * position
+    position_tables = (L + 1) * position, kwargs["n_position_buckets"] * position
+    assert count_parameters(peer) - position_tables[0] == count_parameters(ours) - position_tables[1]
     batch = random_batch(kwargs, 16, L)
     theirs = fuxictr_peer.fuxictr_batch(batch, kwargs)
     padding, attn = fuxictr_peer.padding_and_attention_masks(theirs["click_history"], kwargs["num_heads"])

@@ -280,15 +280,14 @@ def peer_grid(kwargs: dict, peer: Peer, *, seq_lens: list[int], blocks: list[int
             row = {"seq_len": L, "blocks": b, "params": count_parameters(ours_model),
                    "peer_params": count_parameters(peer_model)}
             print(f"[bst] vs {peer.label}: seq_len {L}, blocks {b}: training", flush=True)
-            train = compare({"ours": TrainStep(ours_model, batches, bce_with_logits, device=device, amp_dtype=amp_dtype),
-                             "peer": TrainStep(peer_model, theirs, bce_with_logits, device=device, amp_dtype=amp_dtype)},
-                            **timing)
+            step = partial(TrainStep, loss_fn=bce_with_logits, device=device, amp_dtype=amp_dtype)
+            train = compare({"ours": step(ours_model, batches), "peer": step(peer_model, theirs)}, **timing)
             row["training"] = paired_result(train["ours"], train["peer"])
             if inference:
                 print(f"[bst] vs {peer.label}: seq_len {L}, blocks {b}: inference", flush=True)
-                infer = compare({"ours": InferenceStep(our_bst(kwargs, L, b), batches, device=device, amp_dtype=amp_dtype),
-                                 "peer": InferenceStep(peer.build(kwargs, L, b, device), theirs, device=device,
-                                                       amp_dtype=amp_dtype)}, **timing)
+                infer_step = partial(InferenceStep, device=device, amp_dtype=amp_dtype)
+                infer = compare({"ours": infer_step(our_bst(kwargs, L, b), batches),
+                                 "peer": infer_step(peer.build(kwargs, L, b, device), theirs)}, **timing)
                 row["inference"] = paired_result(infer["ours"], infer["peer"])
             rows.append(row)
     return rows
@@ -317,8 +316,8 @@ def peer_table(rows: list[dict], peer_label: str, title: str, notes: list[str]) 
                  pass_fail(t["median_paired_ratio"], PEER_TARGET)]
         if infer:
             i = r.get("inference")
-            cells += ([fmt_rate(i["ours"]["median"]), fmt_rate(i["peer"]["median"]), fmt_ratio(i["median_paired_ratio"]),
-                       fmt_spread(i)] if i else ["-"] * 4)
+            cells += ([fmt_rate(i["ours"]["median"]), fmt_rate(i["peer"]["median"]),
+                       fmt_ratio(i["median_paired_ratio"]), fmt_spread(i)] if i else ["-"] * 4)
         cells += [fmt_mib(t["ours"]["peak_bytes"]), fmt_mib(t["peer"]["peak_bytes"])]
         table.add(*cells)
     table.notes += notes
@@ -471,7 +470,8 @@ def run(args: argparse.Namespace) -> Report:
     device = setup_run(args)
     kwargs = bst_kwargs(args.config)
     amp = torch.bfloat16 if args.amp == "bf16" else None
-    result = {"settings": run_settings(args, device, amp=args.amp), "net": kwargs, "memory_method": memory_method(device)}
+    result = {"settings": run_settings(args, device, amp=args.amp), "net": kwargs,
+              "memory_method": memory_method(device)}
     tables, verdicts = [], []
     grid = dict(seq_lens=args.seq_lens, blocks=args.blocks, batch_size=args.batch_size, device=device, amp_dtype=amp,
                 rounds=args.rounds, steps=args.steps, warmup=args.warmup)
@@ -502,8 +502,9 @@ def run(args: argparse.Namespace) -> Report:
             print(f"[bst] vs {FUXICTR.label} (fuxictr {version}): seq_len {args.seq_lens} x blocks "
                   f"{args.blocks}, batch {args.batch_size}", flush=True)
             rows = peer_grid(kwargs, FUXICTR, inference=not args.skip_inference, **grid)
-            tables.append(peer_table(rows, "FuxiCTR", f"BST vs FuxiCTR's BST (fuxictr {version}), samples/s "
-                                                      f"(batch {args.batch_size}, {device.type}{', bf16' if amp else ''})", [
+            title = (f"BST vs FuxiCTR's BST (fuxictr {version}), samples/s (batch {args.batch_size}, "
+                     f"{device.type}{', bf16' if amp else ''})")
+            tables.append(peer_table(rows, "FuxiCTR", title, [
                 "FuxiCTR's BST: built from FuxiCTR's layers as its model zoo's BST, at our widths "
                 "(reproductions/benchmarks/fuxictr_peer.py); params differ only in the position tables.",
                 "x FuxiCTR: median of the per-round ratios (each round measures both, alternating the order); spread: "
