@@ -14,8 +14,8 @@
 #   BENCH_ENV            where the environment goes (default .venv-bench in the repository root)
 #   PYTHON               the interpreter that creates it (default python3)
 #   TORCH_INDEX_URL      an index for torch alone, e.g. https://download.pytorch.org/whl/cpu for the
-#                        CPU-only build (about 200 MB instead of PyPI's CUDA build and its nvidia-*
-#                        wheels, several GB); unset: PyPI's, which also runs on a CPU
+#                        CPU-only build, far smaller than PyPI's CUDA build with its nvidia-* wheels
+#                        (.venv-bench is 6.6 GB with those); unset: PyPI's, which also runs on a CPU
 #   FUXICTR_VERSION      default 2.3.10 (the version the peer was written and measured against)
 # Without this environment (plain .venv) `repro bench bst` skips the FuxiCTR peer with one line that
 # says to run this script.
