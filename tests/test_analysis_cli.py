@@ -113,6 +113,23 @@ def test_distance_side_by_side_with_the_default_timm_output(run, tmp_path, monke
     assert code == 0 and is_png(tmp_path / "runs" / "analysis" / "vit_tiny_patch16_224" / "patch_filters_pca.png")
 
 
+def test_the_notebooks_model_a_checkpoint_else_timm_else_the_shipped_one(run):
+    """load_target (the notebook's ANALYSIS_CKPT / ANALYSIS_TIMM, neither: the shipped checkpoint)."""
+    from reproductions.analyze import DEMO_CKPT, load_target
+
+    ckpt = run / "checkpoints" / "last.ckpt"
+    target = load_target(str(ckpt), "vit_tiny_patch16_224")  # a checkpoint wins over a timm name
+    assert target.run_dir == run and target.default_out == run / "analysis" and target.data_hparams["source"] == "digits"
+    target = load_target(None, "vit_tiny_patch16_224", img_size=32)
+    assert target.label == "vit_tiny_patch16_224" and target.img_size == (32, 32)
+    # neither: the shipped Fashion-MNIST ViT; its analyses go under runs/, not into the repository
+    for target in (load_target(), load_target(str(DEMO_CKPT))):
+        assert target.label == "ViT fmnist_vit_p4" and target.origin == "reproductions/vit/demo/fmnist_vit_p4.ckpt"
+        assert target.default_out == Path("runs/analysis/fmnist_vit_p4") and target.data_hparams["source"] == "fashion_mnist"
+        assert target.img_size == (28, 28) and tuple(target.net.patch_embed.grid_size) == (7, 7)
+        assert target.in_chans == 1 and len(target.net.blocks) == 4
+
+
 def test_a_shipped_checkpoint_without_data_records_reads_fashion_mnist(run, tmp_path, monkeypatch):
     """A slim copy (weights and hyper-parameters only) still finds its images; a missing one is named."""
     from reproductions import analyze as module
