@@ -107,8 +107,16 @@ def test_timm_randaugment_runs_at_every_magnitude_on_tensors(images):
         with seeded(k):
             out = crop(images[k % len(images)])
         assert out.shape == (3, 24, 24) and out.dtype == torch.uint8
-    gray = PolicyOnTensor(timm_policy("rand-m9-mstd0.5-inc1", 24))(images[0][:1, :24, :24])
-    assert gray.shape == (1, 24, 24)
+    # one channel (Fashion-MNIST): the geometric ops fill with the RGB mean, which a mode-L image
+    # refuses; every op of the policy must run on grey images too
+    gray_policy = PolicyOnTensor(timm_policy("rand-m9-mstd0.5-inc1", 24))
+    grey = images[0][:1, :24, :24]
+    for k in range(60):
+        with seeded(k):
+            out = gray_policy(grey)
+        assert out.shape == (1, 24, 24) and out.dtype == torch.uint8
+    full = torch.arange(256, dtype=torch.uint8).reshape(1, 16, 16)
+    assert torch.equal(PolicyOnTensor(lambda im: im)(full), full)  # grey -> RGB -> grey loses nothing
 
 
 def test_random_erasing_replaces_one_box_with_noise():

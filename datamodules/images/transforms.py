@@ -95,14 +95,17 @@ def timm_policy(config: str, size: int, mean: tuple[float, ...] = (0.485, 0.456,
 
 
 class PolicyOnTensor:
-    """A PIL policy applied to a uint8 (C, H, W) tensor (one channel: as mode ``L``)."""
+    """A PIL policy applied to a uint8 (C, H, W) tensor. One channel goes through the policy as an
+    RGB image of three equal channels and comes back as grey (PIL's ``convert("L")``): timm's
+    geometric ops fill the uncovered corners with the RGB mean, which a mode-``L`` image refuses."""
 
     def __init__(self, policy: Callable[[Image.Image], Image.Image]) -> None:
         self.policy = policy
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        out = TF.pil_to_tensor(self.policy(TF.to_pil_image(x)))
-        return out if out.shape[0] == x.shape[0] else out[: x.shape[0]]
+        if x.shape[0] == 1:
+            return TF.pil_to_tensor(self.policy(TF.to_pil_image(x.expand(3, -1, -1))).convert("L"))
+        return TF.pil_to_tensor(self.policy(TF.to_pil_image(x)))
 
     def __repr__(self) -> str:
         return f"PolicyOnTensor({self.policy!r})"
