@@ -115,7 +115,7 @@ def test_distance_side_by_side_with_the_default_timm_output(run, tmp_path, monke
 
 def test_the_notebooks_model_a_checkpoint_else_timm_else_the_shipped_one(run):
     """load_target (the notebook's ANALYSIS_CKPT / ANALYSIS_TIMM, neither: the shipped checkpoint)."""
-    from reproductions.analyze import DEMO_CKPT, load_target
+    from reproductions.analysis_inputs import DEMO_CKPT, load_target
 
     ckpt = run / "checkpoints" / "last.ckpt"
     target = load_target(str(ckpt), "vit_tiny_patch16_224")  # a checkpoint wins over a timm name
@@ -132,7 +132,7 @@ def test_the_notebooks_model_a_checkpoint_else_timm_else_the_shipped_one(run):
 
 def test_a_shipped_checkpoint_without_data_records_reads_fashion_mnist(run, tmp_path, monkeypatch):
     """A slim copy (weights and hyper-parameters only) still finds its images; a missing one is named."""
-    from reproductions import analyze as module
+    from reproductions import analysis_inputs as module
 
     raw = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     slim = tmp_path / "demo.ckpt"
