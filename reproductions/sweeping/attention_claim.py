@@ -21,10 +21,11 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from analysis.distance import LOCAL_FRACTION, locality
-from reproductions.results import RESULTS_FILE, results_state
+import torch
+
+from analysis.distance import LOCAL_FRACTION, locality, summarize
+from reproductions.results import results_state
 
 #: where a run keeps its attention distances
 DISTANCE_FILE = Path("analysis") / "attention_distance.json"
@@ -43,14 +44,10 @@ class DistanceGroup:
         return self.experiment if self.variant in ("", "default") else f"{self.experiment} {self.variant}"
 
     def layers(self) -> list[dict]:
-        """The per-layer rows (``analysis.distance.summarize``'s) averaged over the seeds, head by head."""
-        per_run = [d["attention_distance"] for d, _, _ in self.runs]
-        out = []
-        for i, row in enumerate(per_run[0]):
-            heads = [sum(r[i]["heads"][h] for r in per_run) / len(per_run) for h in range(len(row["heads"]))]
-            out.append({"layer": row["layer"], "mean": sum(heads) / len(heads), "min": min(heads), "max": max(heads),
-                        "heads": heads})  # fmt: skip
-        return out
+        """``analysis.distance.summarize``'s rows of the distances averaged over the seeds, head by head."""
+        per_run = torch.tensor([[row["heads"] for row in d["attention_distance"]] for d, _, _ in self.runs],
+                               dtype=torch.float64)  # fmt: skip
+        return summarize(per_run.mean(dim=0))
 
     def budget(self) -> tuple[int | None, int | None, int | None]:
         """(epochs, steps, samples seen) of the first seed's training."""
@@ -87,7 +84,7 @@ def distance_groups(root: str | os.PathLike, *, smoke: bool = False) -> list[Dis
     for path in sorted(Path(root).rglob(str(DISTANCE_FILE))):
         run_dir = path.parent.parent
         state, results = results_state(run_dir)
-        if state != "finished" or results is None or not (run_dir / RESULTS_FILE).is_file():
+        if state != "finished" or results is None:
             continue
         experiment, variant = str(results.get("experiment", "")), str(results.get("variant", ""))
         if experiment.endswith("-smoke") and not smoke:
@@ -162,8 +159,3 @@ def distance_section(groups: list[DistanceGroup], page_dir: Path, figure_dir: Pa
                   "mean attention distance per layer and head, the dashed line uniform attention.", "",
                   f"![attention distance of {longest.label}]({link})", ""]  # fmt: skip
     return lines
-
-
-def describe(group: DistanceGroup) -> dict[str, Any]:
-    """The group's pooled verdict and numbers (for tests and printing)."""
-    return locality(group.layers(), float(group.runs[0][0]["uniform_attention_distance"]))
