@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from utils.choices import check_choice, choices
+from models.sdpa import scaled_dot_product_attention
 from models.ctr_batch import PAD_BUCKET, ZERO_DELTA_BUCKET
 from models.ctr_layers import (  # noqa: F401 - masked_mean stays importable from here
     FeatureEmbedding, check_dims, check_positive, check_rate, masked_mean, mlp_head,
@@ -122,7 +123,7 @@ class BSTBlock(nn.Module):
             weights = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
             attn = F.dropout(weights, self.attn_dropout, self.training) @ v
         else:
-            attn = F.scaled_dot_product_attention(
+            attn = scaled_dot_product_attention(  # models.sdpa: fp32 kernel for CPU bf16
                 q, k, v, attn_mask=mask, dropout_p=self.attn_dropout if self.training else 0.0
             )
         attn = attn.transpose(1, 2).reshape(B, T, D)

@@ -62,6 +62,7 @@ from timm.layers import LayerNorm
 from timm.layers.attention import Attention, maybe_add_mask, resolve_self_attn_mask
 from timm.models.vision_transformer import Block, VisionTransformer
 
+from models.sdpa import scaled_dot_product_attention
 from utils.choices import check_choice, choices
 from models.position import (
     POS_EMBED_KINDS,
@@ -249,7 +250,7 @@ class ViTAttention(Attention):
             attn_mask, is_causal = bias, False
 
         if self.fused_attn and self.scoring == "dot" and not self.return_weights:
-            x = F.scaled_dot_product_attention(
+            x = scaled_dot_product_attention(  # models.sdpa: fp32 kernel for CPU bf16 (several times faster)
                 q, k, v,
                 attn_mask=attn_mask,
                 dropout_p=self.attn_drop.p if self.training else 0.0,

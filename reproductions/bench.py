@@ -3,6 +3,7 @@
     repro bench trainer   # Lightning fit vs a plain PyTorch loop, same model and batches
     repro bench vit       # ViT step per position embedding vs timm; cost vs tokens and batch; GFLOP/s
     repro bench hybrid    # HybridViT and ResNet (config shapes): channels_last vs contiguous, GFLOP/s
+    repro bench precision # fp32 vs bf16 autocast (and channels_last) at the image configs; per-op profile
     repro bench data      # image and behaviour DataModules: batches/s vs the model's steps/s (>= 2x)
     repro bench bst       # BST vs an nn.TransformerEncoder BST (>= 1.0x) and FuxiCTR's BST (>= 1.2x; its
                           # environment: scripts/bench_env.sh) by length and blocks; AUC/GAUC

@@ -141,6 +141,29 @@ def test_hybrid_benchmark_reads_the_configs_and_compares_layouts(tmp_path):
     assert all(r["flops_per_sec"] > 0 and r["fraction_of_matmul"] > 0 for r in rows.values())
 
 
+# ------------------------------------------------------------------------------------------- precision
+def test_precision_benchmark_compares_fp32_and_bf16_per_config_and_profiles_the_ops(tmp_path):
+    from reproductions.benchmarks.precision import CONFIGS, group_of
+
+    result = _run(tmp_path, "precision", "--batch-size", "2", "--profile-steps", "1", *TINY_RUN)
+    rows = {(r["config"], r["name"]): r for r in result["steps"]}
+    vit, *convstems = CONFIGS
+    assert {name for config, name in rows if config == vit} == {"fp32 contiguous", "bf16 autocast contiguous"}
+    for config in convstems:  # convolutions: channels_last measured too
+        assert {name for c, name in rows if c == config} == {
+            "fp32 contiguous", "bf16 autocast contiguous", "fp32 channels_last", "bf16 autocast channels_last"}
+    assert all(r["ratio_to_fp32"] == r["median"] / rows[(r["config"], "fp32 contiguous")]["median"] for r in rows.values())
+    for config in CONFIGS:
+        per = result["profiles"][config]["seconds_per_step"]
+        assert per["fp32"]["matrix products"] > 0 and per["bf16 autocast"]["matrix products"] > 0
+        assert per["bf16 autocast"]["casts (autocast)"] > per["fp32"].get("casts (autocast)", 0.0)
+    assert result["profiles"][convstems[0]]["seconds_per_step"]["fp32"]["convolutions"] > 0
+    assert set(result["matmul_flops_per_sec"]) == {"float32", "bfloat16"}
+    assert (group_of("aten::addmm"), group_of("aten::_to_copy"), group_of("aten::native_layer_norm"),
+            group_of("aten::mkldnn_convolution"), group_of("aten::something_new")) == (
+        "matrix products", "casts (autocast)", "normalisation", "convolutions", "other")
+
+
 # ------------------------------------------------------------------------------------------- data
 def test_data_benchmark_compares_loaders_with_model_steps(tmp_path, capsys):
     result = _run(tmp_path, "data", "--source", "digits", "--behavior-samples", "2000", "--batch-size", "8",

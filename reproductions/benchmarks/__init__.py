@@ -6,6 +6,7 @@ Each module has ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) ->
 - ``trainer``: Lightning ``fit`` vs a plain PyTorch loop (``trainer.py``)
 - ``vit``: ViT step per position embedding vs timm; cost against tokens and batch; GFLOP/s (``vit.py``)
 - ``hybrid``: HybridViT and ResNet at their Fashion-MNIST config shapes, channels_last vs contiguous (``hybrid.py``)
+- ``precision``: fp32 vs bf16 autocast (and channels_last) at the image configs, with a per-op profile (``precision.py``)
 - ``data``: DataModule batches/s against the model's training steps/s, images and behaviour data (``data.py``)
 - ``bst``: BST vs an ``nn.TransformerEncoder`` BST and FuxiCTR's BST (``fuxictr_peer.py``, where fuxictr is
   installed) over sequence length and blocks; AUC/GAUC evaluation (``bst.py``)
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from importlib import import_module
 
-NAMES = ("trainer", "vit", "hybrid", "data", "bst", "gpu")
+NAMES = ("trainer", "vit", "hybrid", "precision", "data", "bst", "gpu")
 
 
 def load(name: str):
