@@ -207,8 +207,9 @@ def value_at(results: dict, path: str) -> Any:
 def metric_value(results: dict, key: str) -> Any:
     """A sweep metric of one run: ``stage/name`` keys (``test/auc``) from the test metrics, any
     other key as a dotted path (``best.score``: the monitored validation value of the best
-    checkpoint, what a tuning sweep selects on), or None."""
-    if "/" in key:
+    checkpoint, what a tuning sweep selects on; ``final.val/acc``: the last validation value),
+    or None."""
+    if "/" in key and "." not in key.split("/", 1)[0]:
         return (results.get("test") or {}).get(key)
     return value_at(results, key)
 

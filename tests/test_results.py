@@ -21,3 +21,16 @@ def test_states_of_a_run_directory(tmp_path, capsys):
     capsys.readouterr()
     assert main([str(tmp_path)]) == 2
     assert "is corrupt" in capsys.readouterr().err
+
+
+def test_metric_value_reads_test_metrics_and_dotted_paths():
+    """A sweep metric: ``stage/name`` from the test metrics; a dotted path anywhere else, also one
+    whose last part is a metric name with a ``/`` (``final.val/acc``, the last validation value)."""
+    from reproductions.results import metric_value
+
+    res = {"test": {"test/acc": 0.8}, "final": {"val/acc": 0.91, "train/loss": 0.3}, "best": {"score": 0.92}}
+    assert metric_value(res, "test/acc") == 0.8
+    assert metric_value(res, "final.val/acc") == 0.91
+    assert metric_value(res, "best.score") == 0.92
+    assert metric_value(res, "val/acc") is None  # not a test metric, and no dotted path
+    assert metric_value(res, "final.val/auc") is None and metric_value(res, "nothing.here") is None

@@ -16,10 +16,11 @@ from reproductions.report import main as report_main
 from reproductions.sweep import main as sweep_main
 from reproductions.sweeping.plan import cli_value, make_plan
 from reproductions.sweeping.spec import SweepError, load_sweep
+from tests.images_helpers import write_folder
 from tests.sweep_helpers import REPO, SWEEPS, config_value, sets, write_sweep
 
 #: the papers' ablations run at every scale; the helper sweeps (tuning, probes) at their data's
-ABLATIONS = [s for s in SWEEPS if s not in ("bst/tune", "bst/probe", "vit/tune")]
+ABLATIONS = [s for s in SWEEPS if s not in ("bst/tune", "bst/probe", "vit/tune", "vit/time_to_accuracy_cifar10")]
 #: (sweep, profile) of every profile a user runs (not smoke, which the smoke tests run; not
 #: imagenet, whose ViT-B/16 builds take long: its configs build in tests/test_images_recipes.py)
 BUILT = [(s, p) for s in SWEEPS for p in load_sweep(s).profiles if p not in ("smoke", "imagenet")]
@@ -110,12 +111,16 @@ def test_every_profile_builds_through_the_cli(sweep, profile, tmp_path):
         s = load_sweep(sweep)
         return {**s.overrides, **s.profile(profile).overrides}
 
-    for run in make_plan(sweep, profile, root=tmp_path, seeds=1).runs:  # seeds differ only in one number
+    extra, replaced = [], set()
+    if plan_overrides(sweep, profile).get("data.init_args.source") == "folder":  # the user's folder, after '--'
+        write_folder(tmp_path / "images", classes=[f"c{i}" for i in range(10)], per_class=1, size=(32, 32))
+        extra, replaced = ["--data.data_dir", str(tmp_path / "images")], {"data.init_args.data_dir"}
+    for run in make_plan(sweep, profile, root=tmp_path, seeds=1, extra=extra).runs:  # seeds differ only in one number
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             cli = BuildOnly(args=run.args)
         cfg = cli.config["fit"].as_dict()
         for key, value in {**plan_overrides(sweep, profile), **run.variant.overrides}.items():
-            assert sets(config_value(cfg, key), value), (sweep, run.label, key)
+            assert key in replaced or sets(config_value(cfg, key), value), (sweep, run.label, key)
         assert cli.datamodule is not None
         if sweep.startswith("vit/"):
             assert cli.model.net.num_classes == 10
@@ -173,6 +178,21 @@ def test_product_axes_aliases_seeds_and_profile_replacements(tmp_path):
     assert make_plan(path, "cpu", seeds=3).seeds == [0, 1, 2]  # --seeds N: seeds 0..N-1
 
 
+def test_a_profile_report_replaces_the_sweeps_report_keys_for_that_profile_only(tmp_path):
+    """A profile's ``report`` keys (another target and budget) win over the sweep's in that
+    profile's plan, the sweep's others stay, and the other profiles keep the sweep's."""
+    path = write_sweep(
+        tmp_path / "tta.yaml",
+        variants=[{"name": "a"}],
+        report={"plot": "curves", "check": "time_to_target", "target": 0.92, "budget_s": 900},
+        profiles={"smoke": {}, "fast": {"report": {"target": 0.93, "budget_s": 600}}},
+    )
+    fast, smoke = make_plan(path, "fast", root=tmp_path), make_plan(path, "smoke", root=tmp_path)
+    assert fast.sweep.report == {"plot": "curves", "check": "time_to_target", "target": 0.93, "budget_s": 600}
+    assert smoke.sweep.report["target"] == 0.92 and smoke.sweep.report["budget_s"] == 900
+    assert load_sweep(path).report["target"] == 0.92  # the loaded sweep is not changed
+
+
 def test_variants_crossed_with_a_product_carry_both_axes_and_their_own_base(tmp_path):
     """``variants`` + ``product``: every variant at every product point (the data-size study: each
     model at each training-set size), named ``<variant>,<axis>=<value>``, with the variant's base
@@ -212,6 +232,7 @@ def test_variants_crossed_with_a_product_carry_both_axes_and_their_own_base(tmp_
         ({"variants": [{"name": "a"}], "seeds": 0}, "at least 1"),
         ({"variants": [{"name": "a"}], "grid": {}}, "unknown keys ['grid']"),
         ({"variants": [{"name": "a"}], "base": "no/such.yaml"}, "base config 'no/such.yaml' not found"),
+        ({"variants": [{"name": "a"}], "profiles": {"smoke": {"report": [0.9]}}}, "profiles.smoke.report=[0.9]: expected a mapping"),
     ],
 )
 def test_bad_sweep_files_fail_with_the_key_and_the_file(tmp_path, spec, message):

@@ -23,7 +23,7 @@ import os
 import shlex
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -197,6 +197,8 @@ def make_plan(
     if devices is not None and devices < 1:
         raise SweepError(f"devices={devices} must be at least 1")
     prof = sweep.profile(profile)
+    if prof.report:  # the profile's report keys win: every reader of plan.sweep.report sees them
+        sweep = replace(sweep, report={**sweep.report, **prof.report})
     if seeds is not None and seeds < 1:
         raise SweepError(f"seeds={seeds} must be at least 1")
     if jobs is not None and jobs < 1:

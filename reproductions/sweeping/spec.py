@@ -25,7 +25,8 @@ command line, or any path to a YAML file) holds:
       table8: {label: "...", scale: fraction, note: "...", unverified: false}
     metric: {key: test/acc, label: "test acc. (%)", scale: 100}   # the report's main column
         # (key: a test metric ``stage/name``, or a dotted results.json path such as best.score,
-        # the best checkpoint's monitored validation value, which a tuning sweep ranks by)
+        # the best checkpoint's monitored validation value, which a tuning sweep ranks by, or
+        # final.val/acc, the last validation value)
         # (optional; also digits: 2, unit: points (how differences are named), ceiling: a
         # results.json path such as data.ceiling.test_auc: the best reachable value, a table row)
     columns: [{key: test/gauc, label: GAUC, scale: 1, digits: 4}]  # more metric columns (optional)
@@ -43,8 +44,9 @@ data set (optional).
 A profile adds overrides to every run, may add ``configs`` (overlay YAML files given after each
 run's base config and before the overrides, e.g. a data source: ``reproductions/bst/sources/*.yaml``)
 and may replace ``base``, ``seeds``, ``variants`` or
-``product`` (e.g. the patch sizes an image size allows) and set ``jobs`` (runs at once) and
-``threads`` (CPU threads per run).
+``product`` (e.g. the patch sizes an image size allows), set ``jobs`` (runs at once) and
+``threads`` (CPU threads per run), and give ``report`` keys that replace the sweep's for that
+profile (e.g. another ``target`` and ``budget_s``).
 A variant with a ``paper`` value gives it as a number, or ``{value: x, unverified: true}``.
 A variant with a ``base`` runs its own experiment config (e.g. one model per config: WDL, DIN,
 BST), which wins over the profile's and the sweep's ``base``; the overrides apply on top as usual.
@@ -73,7 +75,8 @@ _SWEEP_KEYS = {
     "title", "description", "axis", "base", "seeds", "aliases", "overrides", "variants", "product",
     "references", "claims", "report", "metric", "columns", "profiles",
 }  # fmt: skip
-_PROFILE_KEYS = {"description", "scale", "base", "configs", "seeds", "jobs", "threads", "overrides", "variants", "product"}
+_PROFILE_KEYS = {"description", "scale", "base", "configs", "seeds", "jobs", "threads", "overrides", "variants", "product",
+                 "report"}
 _SCALE_KEYS = {"axis", "value", "data"}
 #: a profile's ``scale.axis`` -> how its value is named (``dataset``: the value is the data set's name)
 SCALE_AXES = {"tokens": "tokens", "train_images": "training images", "samples": "samples", "dataset": "data set"}
@@ -169,6 +172,7 @@ class Profile:
     variants: list[Variant] | None
     configs: list[str] = field(default_factory=list)  # overlay configs after each run's base (a data source)
     scale: Scale | None = None
+    report: dict[str, Any] = field(default_factory=dict)  # report keys for this profile, over the sweep's
 
 
 @dataclass
@@ -392,6 +396,9 @@ def load_sweep(ref: str | os.PathLike) -> Sweep:
         configs = spec.get("configs") or []
         if not isinstance(configs, list) or not all(isinstance(c, str) for c in configs):
             raise SweepError(f"{w}.configs={configs!r}: expected a list of config paths")
+        report = spec.get("report") or {}
+        if not isinstance(report, dict):
+            raise SweepError(f"{w}.report={report!r}: expected a mapping of report keys (e.g. {{target: 0.93, budget_s: 600}})")
         profiles[name] = Profile(
             name=str(name),
             description=spec.get("description"),
@@ -403,6 +410,7 @@ def load_sweep(ref: str | os.PathLike) -> Sweep:
             variants=_expand(w, _profile_grid(raw, spec), aliases) if ("variants" in spec or "product" in spec) else None,
             configs=configs,
             scale=_scale(f"{w}.scale", spec["scale"]) if "scale" in spec else None,
+            report=dict(report),
         )
     for v in variants + [v for p in profiles.values() for v in (p.variants or [])]:
         unknown = sorted(set(v.paper) - known_refs)
