@@ -32,3 +32,10 @@ def _no_wandb_run_left_open():
     wandb = sys.modules.get("wandb")
     if wandb is not None and wandb.run is not None:
         wandb.finish()
+
+
+def pytest_collection_modifyitems(config, items):
+    """The slow-marked tests (subprocess fits, DDP, resumes: 20-70 s each) first, in their
+    collected order, then the rest: the two test processes start on the long ones and the
+    short ones fill the end, so neither waits long for the other's last test."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: order kept within each part
