@@ -397,7 +397,7 @@ def test_files_are_0644_and_checkpoints_load_weights_only(finished, tmp_path):
 
 
 @pytest.mark.slow
-def test_analyze_refuses_a_resnet_checkpoint_naming_its_net(tmp_path):
+def test_analyze_refuses_a_resnet_checkpoint_naming_its_net(tmp_path, capfd, monkeypatch):
     result = repro("fit", "--config", RESNET, "--run.root", str(tmp_path), "--data.source", "digits",
                    "--data.batch_size", "32", "--data.augment", "none", f"{NET}img_size", "8",
                    f"{NET}layers", "[1]", f"{NET}channels", "[8]", f"{NET}stem_chs", "8",
@@ -406,8 +406,9 @@ def test_analyze_refuses_a_resnet_checkpoint_naming_its_net(tmp_path):
                    case="ResNet fit (fixture)")
     assert result.returncode == 0, result.output[-3000:]
     (ckpt,) = tmp_path.rglob("last.ckpt")
-    for analysis in ("distance", "rollout", "posemb"):
-        result = repro("analyze", analysis, "--ckpt", str(ckpt), case=f"analyze {analysis} on a ResNet")
+    for analysis in ("distance", "rollout", "posemb"):  # refused on reading the checkpoint: in this process
+        result = repro_here("analyze", analysis, "--ckpt", str(ckpt), case=f"analyze {analysis} on a ResNet",
+                            capfd=capfd, monkeypatch=monkeypatch)
         usage_error(result, "ResNet", "models.resnet.ResNet", f"{analysis} needs a ViT or hybrid")
 
 

@@ -146,15 +146,17 @@ def test_another_class_is_named_once_not_argument_by_argument():
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("faults-finished")  # shares test_faults' module fixture: one test process
-def test_a_resume_or_test_that_would_change_the_model_is_refused(finished, tmp_path):
+def test_a_resume_or_test_that_would_change_the_model_is_refused(finished, tmp_path, capfd, monkeypatch):
     root, run = copy_run(finished, tmp_path)
     before = sorted((p.name, p.stat().st_mtime_ns) for p in run.rglob("*"))
-    result = repro("fit", "--config", DIGITS, "--run.root", str(root), *TINY, "--trainer.max_epochs", "3",
-                   "--ckpt_path", "last", f"{NET}embed_dim", "16", case="resume with another embed_dim")
+    # refused before any data or process starts: in this process (the resume below is a real command line)
+    result = repro_here("fit", "--config", DIGITS, "--run.root", str(root), *TINY, "--trainer.max_epochs", "3",
+                        "--ckpt_path", "last", f"{NET}embed_dim", "16", case="resume with another embed_dim",
+                        capfd=capfd, monkeypatch=monkeypatch)
     usage_error(result, "--model.init_args.net.init_args.embed_dim is 16 here but 32 in the checkpoint")
-    result = repro("test", "--config", RESNET, "--data.init_args.source", "digits", "--run.root", str(root),
-                   "--run.experiment", "vit/digits", "--ckpt_path", str(run / "checkpoints" / "last.ckpt"),
-                   case="test a ViT checkpoint with a ResNet config")
+    result = repro_here("test", "--config", RESNET, "--data.init_args.source", "digits", "--run.root", str(root),
+                        "--run.experiment", "vit/digits", "--ckpt_path", str(run / "checkpoints" / "last.ckpt"),
+                        case="test a ViT checkpoint with a ResNet config", capfd=capfd, monkeypatch=monkeypatch)
     usage_error(result, "--model.init_args.net.class_path is 'models.resnet.ResNet' here but 'models.vit.ViT'")
     assert sorted((p.name, p.stat().st_mtime_ns) for p in run.rglob("*")) == before  # nothing touched
     # what may change on resume passes: epochs, limits, the module's compile switch
