@@ -15,7 +15,7 @@ matrix products (``addmm``, ``mm``, ``bmm``, ``linear``...), convolutions, atten
 normalisation, elementwise and the rest, with the bf16/fp32 ratio of each group. Matmul rates of
 one large fp32 and bf16 product are measured alongside: the headroom bf16 would give a step made
 only of large products. The CPU's flags (``avx512_bf16``, ``amx_bf16``) are in the JSON: without
-them bf16 runs through slow emulation and is many times slower.
+them the CPU has no bf16 instructions and bf16 is typically many times slower than fp32.
 """
 
 from __future__ import annotations
