@@ -16,6 +16,7 @@ import os
 import platform
 import subprocess
 import sys
+from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -73,20 +74,33 @@ def git_at_end(start: dict[str, Any]) -> dict[str, Any]:
     return start if end == start else {**start, "at_end": end}
 
 
-def cpu_name() -> str:
-    """The CPU's model name, with its family and model numbers where the OS gives them (a VM
-    often names only the product line, "AMD EPYC", for several generations of it)."""
+def _cpuinfo(keys: tuple[str, ...]) -> dict[str, str]:
+    """The first value of each of ``keys`` in /proc/cpuinfo (none where the OS has no such file)."""
     info: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
             key, _, value = line.partition(":")
             key = key.strip()
-            if key in ("model name", "cpu family", "model") and key not in info:
+            if key in keys and key not in info:
                 info[key] = value.strip()
-            if len(info) == 3:
+            if len(info) == len(keys):
                 break
     except OSError:
         pass
+    return info
+
+
+def cpu_flags(names: Sequence[str]) -> dict[str, bool]:
+    """Whether the CPU has each of the instruction-set flags ``names`` (``avx512_bf16``, ...); empty
+    where the OS does not list them."""
+    flags = _cpuinfo(("flags",)).get("flags")
+    return {} if flags is None else {n: n in flags.split() for n in names}
+
+
+def cpu_name() -> str:
+    """The CPU's model name, with its family and model numbers where the OS gives them (a VM
+    often names only the product line, "AMD EPYC", for several generations of it)."""
+    info = _cpuinfo(("model name", "cpu family", "model"))
     name = info.get("model name") or platform.processor() or platform.machine() or "unknown"
     if "cpu family" in info and "model" in info:
         name += f" (family {info['cpu family']}, model {info['model']})"

@@ -142,6 +142,14 @@ def test_hybrid_benchmark_reads_the_configs_and_compares_layouts(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------- precision
+def cpu_flags_listed() -> bool:
+    """Whether this OS lists the CPU's flags as /proc/cpuinfo's ``flags`` line (x86 Linux)."""
+    from pathlib import Path
+
+    path = Path("/proc/cpuinfo")
+    return path.is_file() and any(line.startswith("flags") for line in path.read_text().splitlines())
+
+
 def test_precision_benchmark_compares_fp32_and_bf16_per_config_and_profiles_the_ops(tmp_path):
     from reproductions.benchmarks.precision import CONFIGS, group_of
 
@@ -153,11 +161,16 @@ def test_precision_benchmark_compares_fp32_and_bf16_per_config_and_profiles_the_
             "fp32 contiguous", "bf16 autocast contiguous", "fp32 channels_last", "bf16 autocast channels_last"}
     assert all(r["ratio_to_fp32"] == r["median"] / rows[(r["config"], "fp32 contiguous")]["median"] for r in rows.values())
     for config in CONFIGS:
-        per = result["profiles"][config]["seconds_per_step"]
+        per, calls = (result["profiles"][config][k] for k in ("seconds_per_step", "calls_per_step"))
         assert per["fp32"]["matrix products"] > 0 and per["bf16 autocast"]["matrix products"] > 0
-        assert per["bf16 autocast"]["casts (autocast)"] > per["fp32"].get("casts (autocast)", 0.0)
+        # autocast's casts: counted, not timed (a time comparison would depend on the machine's load)
+        assert calls["bf16 autocast"]["casts (autocast)"] > calls["fp32"].get("casts (autocast)", 0.0)
     assert result["profiles"][convstems[0]]["seconds_per_step"]["fp32"]["convolutions"] > 0
     assert set(result["matmul_flops_per_sec"]) == {"float32", "bfloat16"}
+    from reproductions.benchmarks.precision import BF16_FLAGS
+
+    assert set(result["cpu_flags"]) == (set(BF16_FLAGS) if cpu_flags_listed() else set())
+    assert result["hardware"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert (group_of("aten::addmm"), group_of("aten::_to_copy"), group_of("aten::native_layer_norm"),
             group_of("aten::mkldnn_convolution"), group_of("aten::something_new")) == (
         "matrix products", "casts (autocast)", "normalisation", "convolutions", "other")

@@ -34,3 +34,21 @@ def test_metric_value_reads_test_metrics_and_dotted_paths():
     assert metric_value(res, "best.score") == 0.92
     assert metric_value(res, "val/acc") is None  # not a test metric, and no dotted path
     assert metric_value(res, "final.val/auc") is None and metric_value(res, "nothing.here") is None
+
+
+def test_cpu_flags_and_name_read_one_cpuinfo():
+    """cpu_flags answers for every flag asked (False for one no CPU has); cpu_name names the CPU."""
+    from pathlib import Path
+
+    from reproductions.results import cpu_flags, cpu_name
+
+    from tests.test_bench import cpu_flags_listed
+
+    flags = cpu_flags(["avx2", "no_such_flag"])
+    if not cpu_flags_listed():
+        assert flags == {}
+        return
+    assert flags["no_such_flag"] is False and set(flags) == {"avx2", "no_such_flag"}
+    text = Path("/proc/cpuinfo").read_text()
+    assert flags["avx2"] == (" avx2" in text)
+    assert cpu_name() and cpu_name() != "unknown"

@@ -32,8 +32,11 @@ from reproductions.benchmarks.common import (
     Report, Table, TrainStep, add_run_args, build_seeded, compare, config_net, cross_entropy, fmt_rate, fmt_ratio,
     image_batches, matmul_rate, median, read_config, run_settings, setup_run,
 )
+from reproductions.results import cpu_flags
 
 NAME = "precision"
+#: the instruction-set flags that decide whether bf16 has native instructions on a CPU
+BF16_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
 HELP = "fp32 vs bf16 autocast (and channels_last) for the image configs' training steps, with a per-op profile"
 CONFIGS = (
     "reproductions/vit/configs/fashion_mnist.yaml",
@@ -62,16 +65,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_run_args(parser, rounds=3, steps=4, warmup=1, batch_size=64)
 
 
-def cpu_flags() -> dict[str, bool]:
-    """The bf16-related CPU flags of /proc/cpuinfo (empty where it cannot be read)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return {}
-    flags = set(next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []))
-    return {f: f in flags for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16")}
-
-
 def has_convolutions(model: nn.Module) -> bool:
     return any(isinstance(m, nn.Conv2d) for m in model.modules())
 
@@ -83,18 +76,21 @@ def group_of(op: str) -> str:
     return "other"
 
 
-def profile_step(step: TrainStep, steps: int) -> dict[str, float]:
-    """Self CPU seconds per step per op group over ``steps`` steps of ``step`` (after one untimed)."""
+def profile_step(step: TrainStep, steps: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Self CPU seconds and op calls per step, per op group, over ``steps`` steps of ``step``
+    (after one untimed)."""
     from torch.profiler import ProfilerActivity, profile
 
     step()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(steps):
             step()
-    groups: dict[str, float] = defaultdict(float)
+    seconds: dict[str, float] = defaultdict(float)
+    calls: dict[str, float] = defaultdict(float)
     for event in prof.key_averages():
-        groups[group_of(event.key)] += event.self_cpu_time_total / 1e6 / steps
-    return dict(groups)
+        seconds[group_of(event.key)] += event.self_cpu_time_total / 1e6 / steps
+        calls[group_of(event.key)] += event.count / steps
+    return dict(seconds), dict(calls)
 
 
 def run(args: argparse.Namespace) -> Report:
@@ -131,8 +127,10 @@ def run(args: argparse.Namespace) -> Report:
         bf16 = cmp[f"bf16 autocast {best}"].median / cmp[f"fp32 {best}"].median
         verdicts.append(f"{Path(path).name}: bf16 autocast / fp32 ({best}) {bf16:.3f}x (reported, no target)")
         if args.profile_steps:
-            per = {prec: profile_step(steps[f"{prec} {best}"], args.profile_steps) for prec in ("fp32", "bf16 autocast")}
-            profiles[path] = {"layout": best, "seconds_per_step": per}
+            measured = {prec: profile_step(steps[f"{prec} {best}"], args.profile_steps) for prec in ("fp32", "bf16 autocast")}
+            per = {prec: seconds for prec, (seconds, _) in measured.items()}
+            profiles[path] = {"layout": best, "seconds_per_step": per,
+                              "calls_per_step": {prec: calls for prec, (_, calls) in measured.items()}}
             names = [g for g, _ in GROUPS] + ["other"]
             ptable = Table(f"{Path(path).name}: self CPU ms per step by op group ({best}, {args.profile_steps} steps)",
                            ["op group", "fp32 ms", "bf16 autocast ms", "bf16 / fp32"])
@@ -154,8 +152,7 @@ def run(args: argparse.Namespace) -> Report:
                     "(the ceiling for a step made only of large products)")
     result = {
         "settings": run_settings(args, device, configs=configs),
-        "cpu_flags": cpu_flags(),
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_flags": cpu_flags(BF16_FLAGS),  # the CPU and PyTorch's cpu_capability: the JSON's "hardware"
         "matmul_flops_per_sec": {str(k).removeprefix("torch."): v for k, v in matmul.items()},
         "steps": rows,
         "profiles": profiles,
