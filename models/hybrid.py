@@ -44,6 +44,8 @@ from models.vit import ViT, validate_vit_config
 
 Construction = Literal["last_stage", "extend_previous"]
 CONSTRUCTIONS = choices(Construction)
+StemDownsample = Literal["stride", "maxpool"]
+STEM_DOWNSAMPLES = choices(StemDownsample)
 
 
 def _vit_keywords(cls: type, kwargs: dict[str, Any], **fixed: Any) -> dict[str, Any]:
@@ -219,9 +221,13 @@ class ConvStemViT(ViT):
     ``patch_size`` keeps the ViT's meaning, the input pixels per token side, and is the stem's
     total stride: ``stem_strides`` (1 or 2 per conv; default stride 2 on the first log2(patch_size)
     convs, as Xiao et al., stride 1 after) must multiply to it. ``stem_channels`` are the convs'
-    widths. The 1x1 conv is timm's ``HybridEmbed`` projection (``patch_embed.proj``), the convs
-    are ``patch_embed.backbone``, so every tool that reads a hybrid (attention distances in
-    pixels, rollout) reads this model too. Everything else is ``models.vit.ViT``'s keywords
+    widths. ``downsample`` says how a stride-2 conv halves the map: ``stride`` (the conv itself
+    steps by 2, as Xiao et al.) or ``maxpool`` (the conv runs at stride 1 and a 2x2 max-pool
+    follows its ReLU, as in the fast CIFAR-10 CNNs, D. Page's ResNet-9 and K. Jordan's airbench:
+    4x that conv's FLOPs, every position of the map goes through the conv). The 1x1 conv is
+    timm's ``HybridEmbed`` projection (``patch_embed.proj``), the convs are
+    ``patch_embed.backbone``, so every tool that reads a hybrid (attention distances in pixels,
+    rollout) reads this model too. Everything else is ``models.vit.ViT``'s keywords
     (``img_size``, ``patch_size``, ``embed_dim``, ...), passed through ``**kwargs`` with ViT's
     defaults.
 
@@ -240,15 +246,20 @@ class ConvStemViT(ViT):
         *,
         stem_channels: Sequence[int] = (32, 64),
         stem_strides: Optional[Sequence[int]] = None,
+        downsample: StemDownsample = "stride",
         **kwargs: Any,
     ) -> None:
         vit = _vit_keywords(type(self), kwargs)
         validate_vit_config(**vit)
+        check_choice("downsample", downsample, StemDownsample)
         img_size, patch_size = vit["img_size"], vit["patch_size"]
         strides = validate_conv_stem(patch_size=patch_size, stem_channels=stem_channels, stem_strides=stem_strides)
         convs, prev = [], vit["in_chans"]
         for width, stride in zip(stem_channels, strides):
-            convs.append(ConvNormAct(prev, width, kernel_size=3, stride=stride, padding=1))
+            # timm's anti-aliasing slot: with aa_layer the conv runs at stride 1 and the layer
+            # (here a 2x2 max-pool) follows BatchNorm + ReLU; the same parameter names either way
+            pool = nn.MaxPool2d if downsample == "maxpool" else None
+            convs.append(ConvNormAct(prev, width, kernel_size=3, stride=stride, padding=1, aa_layer=pool))
             prev = width
         stem = nn.Sequential(*convs)
         # the stem already reduces by patch_size: the projection is 1x1 on its output
@@ -257,6 +268,7 @@ class ConvStemViT(ViT):
         assert self.grid_size == (img_size // patch_size,) * 2, self.grid_size
         self.stem_channels = tuple(stem_channels)
         self.stem_strides = strides
+        self.downsample = downsample
 
     @property
     def stem(self) -> nn.Sequential:

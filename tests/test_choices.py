@@ -40,6 +40,7 @@ SETS = [
     (resnet.PADDINGS, resnet.Padding, resnet.ResNet, "padding"),
     (resnet.POOLS, resnet.ResNetPool, resnet.ResNet, "pool"),
     (hybrid.CONSTRUCTIONS, hybrid.Construction, hybrid.HybridViT, "construction"),
+    (hybrid.STEM_DOWNSAMPLES, hybrid.StemDownsample, hybrid.ConvStemViT, "downsample"),
     (ctr.POSITIONS, ctr.PositionKind, ctr.BST, "position"),
     (ctr.SEQ_POOLINGS, ctr.SeqPooling, ctr.BST, "seq_pooling"),
     (ctr.WDL_SEQUENCE, ctr.SequencePooling, ctr.WDLSeq, "sequence_pooling"),

@@ -6,6 +6,7 @@ from functools import partial
 
 import pytest
 import torch
+import torch.nn.functional as F
 from timm.layers import HybridEmbed
 from timm.models.vision_transformer import VisionTransformer
 from timm.models.vision_transformer_hybrid import _resnetv2
@@ -240,6 +241,31 @@ def test_conv_stem_vit_is_convs_then_a_1x1_projection_then_the_vit():
     torch.testing.assert_close(model.patch_embed(x), tokens)
     torch.testing.assert_close(model(x), model.forward_head(model.forward_features(x)))
     assert any(isinstance(m, torch.nn.BatchNorm2d) for m in model.stem.modules())
+
+
+def test_conv_stem_maxpool_downsample_is_a_stride_1_conv_then_a_2x2_max_pool():
+    """``downsample='maxpool'``: each stride-2 conv runs at stride 1 and a 2x2 max-pool follows its
+    ReLU; stride-1 convs are unchanged; the grid, the stride in pixels and the forward are the ViT's."""
+    strided = ctiny(img_size=28, stem_channels=(8, 16, 24), stem_strides=(1, 2, 2)).eval()
+    model = ctiny(img_size=28, stem_channels=(8, 16, 24), stem_strides=(1, 2, 2), downsample="maxpool").eval()
+    convs = [m for m in model.stem.modules() if isinstance(m, torch.nn.Conv2d)]
+    assert [(c.in_channels, c.out_channels, c.stride) for c in convs] == [(1, 8, (1, 1)), (8, 16, (1, 1)), (16, 24, (1, 1))]
+    assert sum(isinstance(m, torch.nn.MaxPool2d) for m in model.stem.modules()) == 2
+    assert model.grid_size == strided.grid_size == (7, 7) and model.stride == 4 and model.downsample == "maxpool"
+    # the same parameter names as the strided stem: its weights load; each stride-2 stage is then
+    # its conv at stride 1, BatchNorm + ReLU, and the max-pool
+    model.load_state_dict(strided.state_dict())
+    x = h = images(size=28)
+    for stage, ref in zip(model.stem, strided.stem):
+        expected = ref.bn(F.conv2d(h, ref.conv.weight, padding=1))  # bn: BatchNorm + ReLU
+        if ref.conv.stride == (2, 2):
+            expected = F.max_pool2d(expected, 2)
+        torch.testing.assert_close(stage(h), expected)
+        h = expected
+    torch.testing.assert_close(model.stem(x), h)
+    assert tuple(model(x).shape) == (2, 4)
+    with pytest.raises(ValueError, match=r"downsample='avgpool' is not one of \['stride', 'maxpool'\]"):
+        ctiny(downsample="avgpool")
 
 
 def test_conv_stem_vit_trains_and_reads_like_a_hybrid():
