@@ -389,19 +389,31 @@ def test_sync_logs_a_pending_model_artifact_into_its_uploaded_run_once(tmp_path,
 
 
 @pytest.mark.slow
-def test_sync_dry_run_lists_every_run_of_a_smoke_sweep(tmp_path):
-    done = repro(tmp_path, "sweep", "vit/patch_size", "--profile", "smoke", "--wandb", "--root", str(tmp_path / "runs"),
-                 timeout=900)  # fmt: skip
-    assert done.returncode == 0, last_line(done)
-    plan = make_plan("vit/patch_size", "smoke", root=tmp_path / "runs")
-    listed = repro(tmp_path, "sync", str(plan.experiment_dir), "--dry-run")
-    assert listed.returncode == 0, last_line(listed)
+def test_sync_dry_run_lists_every_run_of_a_smoke_sweep(tmp_path, monkeypatch):
+    """A real smoke sweep with ``--wandb`` (its runs through the CLI in this process, offline W&B),
+    then ``repro sync --dry-run`` on its directory: every training run and the report run listed."""
+    from reproductions.sweep import main as sweep_main
+    from tests.helpers import inprocess_runner
+
+    for key, value in env_for(tmp_path).items():
+        if key != "PYTHONPATH":
+            monkeypatch.setenv(key, value)
+    for key in [k for k in os.environ if k.startswith("WANDB_") and k != "WANDB_MODE"]:
+        monkeypatch.delenv(key)
+    root = tmp_path / "runs"
+    out = io.StringIO()
+    status = sweep_main(["vit/patch_size", "--profile", "smoke", "--wandb", "--root", str(root)], runner=inprocess_runner,
+                        out=out)  # fmt: skip
+    assert status == 0, out.getvalue()[-3000:]
+    plan = make_plan("vit/patch_size", "smoke", root=root)
+    listed = io.StringIO()
+    assert sync_main([str(plan.experiment_dir), "--dry-run"], out=listed) == 0, listed.getvalue()
     for run in plan.runs:
         run_id = read_run_id(run.run_dir)
-        assert f"upload  {run.run_dir.relative_to(plan.experiment_dir).as_posix()}  {run_id}" in listed.stdout
+        assert f"upload  {run.run_dir.relative_to(plan.experiment_dir).as_posix()}  {run_id}" in listed.getvalue()
     report_id = read_run_id(plan.experiment_dir)
-    assert f"upload  {plan.experiment_dir.name}  {report_id}" in listed.stdout
-    assert f"would upload {len(plan.runs) + 1} ({len(plan.runs) + 1} W&B run(s)), skipping 0" in listed.stdout
+    assert f"upload  {plan.experiment_dir.name}  {report_id}" in listed.getvalue()
+    assert f"would upload {len(plan.runs) + 1} ({len(plan.runs) + 1} W&B run(s)), skipping 0" in listed.getvalue()
 
 
 # --------------------------------------------------------------------------- the report run
