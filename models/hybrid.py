@@ -254,11 +254,11 @@ class ConvStemViT(ViT):
         check_choice("downsample", downsample, StemDownsample)
         img_size, patch_size = vit["img_size"], vit["patch_size"]
         strides = validate_conv_stem(patch_size=patch_size, stem_channels=stem_channels, stem_strides=stem_strides)
+        # timm's anti-aliasing slot: with aa_layer a stride-2 conv runs at stride 1 and the layer
+        # (here a 2x2 max-pool) follows BatchNorm + ReLU; the same parameter names either way
+        pool = nn.MaxPool2d if downsample == "maxpool" else None
         convs, prev = [], vit["in_chans"]
         for width, stride in zip(stem_channels, strides):
-            # timm's anti-aliasing slot: with aa_layer the conv runs at stride 1 and the layer
-            # (here a 2x2 max-pool) follows BatchNorm + ReLU; the same parameter names either way
-            pool = nn.MaxPool2d if downsample == "maxpool" else None
             convs.append(ConvNormAct(prev, width, kernel_size=3, stride=stride, padding=1, aa_layer=pool))
             prev = width
         stem = nn.Sequential(*convs)

@@ -108,6 +108,12 @@ def inprocess_runner(run, env) -> int:
     return rc
 
 
+def cpu_flags_listed() -> bool:
+    """Whether this OS lists the CPU's flags as /proc/cpuinfo's ``flags`` line (x86 Linux)."""
+    path = Path("/proc/cpuinfo")
+    return path.is_file() and any(line.startswith("flags") for line in path.read_text().splitlines())
+
+
 def wandb_records(path: str | Path, timeout: float = 60.0) -> list:
     """The records of a finished offline W&B run file (``run-<id>.wandb``), parsed.
 

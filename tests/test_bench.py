@@ -142,14 +142,6 @@ def test_hybrid_benchmark_reads_the_configs_and_compares_layouts(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------- precision
-def cpu_flags_listed() -> bool:
-    """Whether this OS lists the CPU's flags as /proc/cpuinfo's ``flags`` line (x86 Linux)."""
-    from pathlib import Path
-
-    path = Path("/proc/cpuinfo")
-    return path.is_file() and any(line.startswith("flags") for line in path.read_text().splitlines())
-
-
 def test_precision_benchmark_compares_fp32_and_bf16_per_config_and_profiles_the_ops(tmp_path):
     from reproductions.benchmarks.precision import CONFIGS, group_of
 
@@ -168,6 +160,7 @@ def test_precision_benchmark_compares_fp32_and_bf16_per_config_and_profiles_the_
     assert result["profiles"][convstems[0]]["seconds_per_step"]["fp32"]["convolutions"] > 0
     assert set(result["matmul_flops_per_sec"]) == {"float32", "bfloat16"}
     from reproductions.benchmarks.precision import BF16_FLAGS
+    from tests.helpers import cpu_flags_listed
 
     assert set(result["cpu_flags"]) == (set(BF16_FLAGS) if cpu_flags_listed() else set())
     assert result["hardware"]["cpu_capability"] == torch.backends.cpu.get_cpu_capability()

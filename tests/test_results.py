@@ -42,7 +42,7 @@ def test_cpu_flags_and_name_read_one_cpuinfo():
 
     from reproductions.results import cpu_flags, cpu_name
 
-    from tests.test_bench import cpu_flags_listed
+    from tests.helpers import cpu_flags_listed
 
     flags = cpu_flags(["avx2", "no_such_flag"])
     if not cpu_flags_listed():

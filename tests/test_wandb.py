@@ -406,14 +406,15 @@ def test_sync_dry_run_lists_every_run_of_a_smoke_sweep(tmp_path, monkeypatch):
                         out=out)  # fmt: skip
     assert status == 0, out.getvalue()[-3000:]
     plan = make_plan("vit/patch_size", "smoke", root=root)
-    listed = io.StringIO()
-    assert sync_main([str(plan.experiment_dir), "--dry-run"], out=listed) == 0, listed.getvalue()
+    out = io.StringIO()
+    assert sync_main([str(plan.experiment_dir), "--dry-run"], out=out) == 0, out.getvalue()
+    listed = out.getvalue()
     for run in plan.runs:
         run_id = read_run_id(run.run_dir)
-        assert f"upload  {run.run_dir.relative_to(plan.experiment_dir).as_posix()}  {run_id}" in listed.getvalue()
+        assert f"upload  {run.run_dir.relative_to(plan.experiment_dir).as_posix()}  {run_id}" in listed
     report_id = read_run_id(plan.experiment_dir)
-    assert f"upload  {plan.experiment_dir.name}  {report_id}" in listed.getvalue()
-    assert f"would upload {len(plan.runs) + 1} ({len(plan.runs) + 1} W&B run(s)), skipping 0" in listed.getvalue()
+    assert f"upload  {plan.experiment_dir.name}  {report_id}" in listed
+    assert f"would upload {len(plan.runs) + 1} ({len(plan.runs) + 1} W&B run(s)), skipping 0" in listed
 
 
 # --------------------------------------------------------------------------- the report run
