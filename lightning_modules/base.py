@@ -358,6 +358,9 @@ class TrainingModule(LightningModule):
             groups = self._param_groups = self.parameter_groups()
         groups = [dict(g) for g in groups if g["params"]]  # the optimiser adds its keys to the dicts it gets
         self.effective_lr, self.global_batch_size = self.resolve_lr()
+        for group in groups:  # a group with its own rate follows the batch as lr does
+            if "lr" in group:
+                group["lr"] *= self.effective_lr / self.hparams.lr
         optimizer = self.optimizer_class()(groups, lr=self.effective_lr, betas=tuple(self.hparams.betas))
         schedule = self.lr_schedule()
         if schedule is None:

@@ -24,13 +24,18 @@ parameters; norm clipping computes the global norm over the shards.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from lightning_modules.base import TrainingModule
+from lightning_modules.optim import SGDAdamW
+from utils.choices import check_choice, choices
+
+StemOptimizer = Literal["adamw", "sgd"]
+STEM_OPTIMIZERS = choices(StemOptimizer)
 
 
 class ImageClassifier(TrainingModule):
@@ -50,6 +55,16 @@ class ImageClassifier(TrainingModule):
             its horizontal mirror (test-time augmentation with one extra forward pass; for data
             whose classes are mirror-symmetric, as the flip augmentation assumes). Training is
             unchanged.
+        stem_optimizer: how the net's convolutional stem (``net.stem``: ``ConvStemViT``) learns:
+            ``adamw`` (as the rest of the net) or ``sgd``: SGD with Nesterov momentum, the fast
+            CIFAR-10 CNNs' rule (K. Jordan's airbench), while the rest stays on AdamW
+            (``lightning_modules.optim.SGDAdamW``). Then:
+        sgd_lr: the stem weights' peak rate (for the configured global batch, on the mean loss;
+            it follows the same warm-up and cosine as ``lr``, and ``lr_scaling`` scales it alike).
+        sgd_momentum: the Nesterov momentum.
+        sgd_weight_decay: PyTorch SGD's weight decay (added to the gradient) of the stem weights.
+        sgd_bias_lr_scale: the stem's BatchNorm and conv biases learn at ``sgd_lr`` times this,
+            with the decay divided by it (the same shrinkage per step); airbench's 64.
         **kwargs: ``TrainingModule``'s ``lr``, ``betas``, ``warmup_steps``, ``min_lr_ratio``,
             ``lr_scaling``, ``base_batch_size``, ``compile``, ``compile_mode``.
 
@@ -67,12 +82,31 @@ class ImageClassifier(TrainingModule):
         label_smoothing: float = 0.0,
         channels_last: bool = False,
         eval_flip: bool = False,
+        stem_optimizer: StemOptimizer = "adamw",
+        sgd_lr: float = 0.2,
+        sgd_momentum: float = 0.85,
+        sgd_weight_decay: float = 1.3e-3,
+        sgd_bias_lr_scale: float = 64.0,
         **kwargs: Any,
     ) -> None:
         if not 0.0 <= warmup_fraction < 1.0:
             raise ValueError(f"warmup_fraction={warmup_fraction!r} must be in [0, 1)")
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing={label_smoothing!r} must be in [0, 1)")
+        check_choice("stem_optimizer", stem_optimizer, StemOptimizer)
+        if stem_optimizer == "sgd":
+            if not isinstance(getattr(net, "stem", None), nn.Module):
+                raise ValueError(
+                    f"stem_optimizer='sgd' trains the net's convolutional stem (net.stem) by SGD, but "
+                    f"{type(net).__name__} has none: use models.hybrid.ConvStemViT, or stem_optimizer='adamw'"
+                )
+            for name, value in (("sgd_lr", sgd_lr), ("sgd_bias_lr_scale", sgd_bias_lr_scale)):
+                if not value > 0:
+                    raise ValueError(f"{name}={value!r} must be positive")
+            if not 0.0 < sgd_momentum < 1.0:
+                raise ValueError(f"sgd_momentum={sgd_momentum!r} must be in (0, 1)")
+            if sgd_weight_decay < 0:
+                raise ValueError(f"sgd_weight_decay={sgd_weight_decay!r} must be >= 0")
         num_classes = getattr(net, "num_classes", None)
         if not isinstance(num_classes, int) or num_classes < 2:
             raise ValueError(f"net must have an integer num_classes >= 2, got {num_classes!r}")
@@ -123,6 +157,24 @@ class ImageClassifier(TrainingModule):
         self.example_input_array = torch.zeros(2, *shape)  # shapes and FLOPs in the model summary
         return torch.zeros(1, *shape)
 
+    def setup(self, stage: str) -> None:
+        """The base's checks and FLOP count; when fitting, then the net's data-dependent layers
+        (``ConvStemViT(whiten=True)``'s patch whitening) from the training images, before any
+        step and before the strategy wraps the net (DDP then broadcasts rank 0's to every rank).
+        A run resumed from a checkpoint fits them here too, then loads the checkpoint's."""
+        super().setup(stage)
+        wanted = self.net.needs_images() if hasattr(self.net, "needs_images") else 0
+        if stage != "fit" or not wanted:
+            return
+        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        if not hasattr(datamodule, "train_images"):
+            raise ValueError(
+                f"{type(self.net).__name__} fits layers to the training images (whiten=True) and needs a "
+                f"datamodule with train_images(n) (datamodules.images.ImageDataModule), got "
+                f"{type(datamodule).__name__}; or set whiten: false"
+            )
+        self.net.fit_to_images(datamodule.train_images(wanted))
+
     # ---------------------------------------------------------------- steps
     def _shared_step(self, batch, metric: MulticlassAccuracy) -> torch.Tensor:
         images, labels = batch
@@ -153,6 +205,30 @@ class ImageClassifier(TrainingModule):
         return self.evaluate(images).softmax(dim=-1)
 
     # ---------------------------------------------------------------- optimiser
+    def parameter_groups(self) -> list[dict]:
+        """``TrainingModule``'s AdamW groups; with ``stem_optimizer='sgd'`` the stem's parameters
+        leave them for two SGD groups (weights; biases at ``sgd_bias_lr_scale`` times the rate)."""
+        groups = super().parameter_groups()
+        h = self.hparams
+        if h.get("stem_optimizer", "adamw") != "sgd":
+            return groups
+        stem = {id(p) for p in self.net.stem.parameters() if p.requires_grad}
+        for group in groups:
+            group["params"] = [p for p in group["params"] if id(p) not in stem]
+        weights = [p for p in self.net.stem.parameters() if p.requires_grad and p.ndim > 1]
+        biases = [p for p in self.net.stem.parameters() if p.requires_grad and p.ndim <= 1]
+        scale = h.sgd_bias_lr_scale
+        sgd = dict(rule="sgd", momentum=h.sgd_momentum, nesterov=True)
+        return [
+            *groups,
+            dict(params=weights, lr=h.sgd_lr, weight_decay=h.sgd_weight_decay, **sgd),
+            dict(params=biases, lr=h.sgd_lr * scale, weight_decay=h.sgd_weight_decay / scale, **sgd),
+        ]
+
+    def optimizer_class(self) -> type[torch.optim.Optimizer]:
+        """AdamW, or ``SGDAdamW`` when the stem learns by SGD."""
+        return SGDAdamW if self.hparams.get("stem_optimizer", "adamw") == "sgd" else super().optimizer_class()
+
     def lr_schedule(self) -> dict[str, Any]:
         """Warm-up then cosine; without ``warmup_steps`` the warm-up is ``warmup_fraction`` of
         all optimiser steps."""

@@ -35,6 +35,8 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any, Literal, Optional
 
+import torch
+import torch.nn.functional as F
 from timm.layers import ConvNormAct, HybridEmbed
 from torch import nn
 
@@ -46,6 +48,8 @@ Construction = Literal["last_stage", "extend_previous"]
 CONSTRUCTIONS = choices(Construction)
 StemDownsample = Literal["stride", "maxpool"]
 STEM_DOWNSAMPLES = choices(StemDownsample)
+StemBlock = Literal["conv", "group"]
+STEM_BLOCKS = choices(StemBlock)
 
 
 def _vit_keywords(cls: type, kwargs: dict[str, Any], **fixed: Any) -> dict[str, Any]:
@@ -213,6 +217,76 @@ def validate_conv_stem(*, patch_size: int, stem_channels: Sequence[int], stem_st
     return tuple(strides)
 
 
+class PatchWhitening(nn.Conv2d):
+    """A frozen 2x2 convolution that whitens the image's 2x2 patches (K. Jordan's airbench): its
+    filters are the eigenvectors of the training images' patch covariance, each divided by the
+    square root of its eigenvalue (+ ``eps``), and each also negated, so the GELU after it passes
+    both signs: ``2 * in_chans * 4`` output channels. The weight never trains (it is set from data
+    by ``fit``); the bias does. The map keeps its size: the input is padded by one pixel on the
+    right and bottom.
+
+    ``fit(images)`` takes normalised training images (N, C, H, W); until it runs the filters are
+    the default random init and ``fitted`` is False. The weight and ``fitted`` are in the
+    state_dict, so a checkpoint carries the whitening it was trained with.
+    """
+
+    def __init__(self, in_chans: int, kernel_size: int = 2, eps: float = 5e-4) -> None:
+        super().__init__(in_chans, 2 * in_chans * kernel_size**2, kernel_size, padding=0, bias=True)
+        self.weight.requires_grad_(False)
+        self.eps = eps
+        self.register_buffer("fitted", torch.tensor(False))
+
+    @torch.no_grad()
+    def fit(self, images: torch.Tensor) -> None:
+        """Set the filters from ``images`` (N, C, H, W), normalised as the net's input."""
+        c, (h, w) = self.in_channels, self.kernel_size
+        if images.dim() != 4 or images.shape[1] != c:
+            raise ValueError(f"PatchWhitening.fit needs images (N, {c}, H, W), got shape {tuple(images.shape)}")
+        covariance, count = torch.zeros(c * h * w, c * h * w, dtype=torch.float64), 0
+        for chunk in images.split(256):  # the patches of a few hundred images at a time
+            patches = chunk.double().unfold(2, h, 1).unfold(3, w, 1).transpose(1, 3).reshape(-1, c * h * w)
+            covariance += patches.T @ patches
+            count += len(patches)
+        covariance /= count
+        eigenvalues, eigenvectors = torch.linalg.eigh(covariance)  # ascending
+        filters = (eigenvectors.T / torch.sqrt(eigenvalues.clamp_min(0) + self.eps)[:, None]).flip(0).float()
+        filters = filters.reshape(c * h * w, c, h, w)
+        self.weight.copy_(torch.cat((filters, -filters)).to(self.weight))
+        self.fitted.fill_(True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, w = self.kernel_size
+        return super().forward(F.pad(x, (0, w - 1, 0, h - 1)))
+
+
+class ConvGroup(nn.Module):
+    """airbench's conv group: 3x3 conv, [2x2 max-pool when ``stride`` is 2], BatchNorm, GELU, 3x3
+    conv, BatchNorm, GELU. Its BatchNorms keep their scale at 1 (only the bias trains) and follow
+    the batch fast (running-stat momentum 0.4); each conv starts with its first ``in_channels``
+    filters as the identity (Dirac), the rest at PyTorch's default init."""
+
+    def __init__(self, in_channels: int, out_channels: int, stride: int = 1) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, out_channels, 3, padding=1, bias=False)
+        self.pool = nn.MaxPool2d(2) if stride == 2 else nn.Identity()
+        self.norm1 = self._norm(out_channels)
+        self.conv2 = nn.Conv2d(out_channels, out_channels, 3, padding=1, bias=False)
+        self.norm2 = self._norm(out_channels)
+        self.act = nn.GELU()
+        for conv in (self.conv1, self.conv2):
+            nn.init.dirac_(conv.weight.data[: min(conv.in_channels, conv.out_channels)])
+
+    @staticmethod
+    def _norm(channels: int) -> nn.BatchNorm2d:
+        norm = nn.BatchNorm2d(channels, eps=1e-12, momentum=0.4)
+        norm.weight.requires_grad_(False)
+        return norm
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.act(self.norm1(self.pool(self.conv1(x))))
+        return self.act(self.norm2(self.conv2(x)))
+
+
 class ConvStemViT(ViT):
     """ViT with a convolutional stem instead of the patch projection (Xiao et al. 2021, "Early
     Convolutions Help Transformers See Better", ViT_C): 3x3 convs, each with BatchNorm and ReLU,
@@ -231,6 +305,12 @@ class ConvStemViT(ViT):
     (``img_size``, ``patch_size``, ``embed_dim``, ...), passed through ``**kwargs`` with ViT's
     defaults.
 
+    ``stem_block`` chooses what each width of ``stem_channels`` is: ``conv`` (one 3x3 conv + BatchNorm +
+    ReLU, Xiao et al.'s) or ``group`` (airbench's ``ConvGroup``: two 3x3 convs, a 2x2 max-pool after
+    the first when that width's stride is 2, BatchNorm with a fixed scale, GELU). ``whiten`` puts a
+    ``PatchWhitening`` conv + GELU before them (24 channels for RGB), fitted from training images by
+    ``fit_to_images`` (``ImageClassifier`` calls it before training starts).
+
     Against the plain ViT at the same token grid this adds the stem's FLOPs (Xiao et al. remove
     one transformer block to pay for it). A wide stem can cost more than the encoder: in
     ``convstem_fashion_mnist.yaml`` (stride-1 convs at 28 and 7 px, 2 blocks of width 64) the
@@ -247,19 +327,33 @@ class ConvStemViT(ViT):
         stem_channels: Sequence[int] = (32, 64),
         stem_strides: Optional[Sequence[int]] = None,
         downsample: StemDownsample = "stride",
+        stem_block: StemBlock = "conv",
+        whiten: bool = False,
         **kwargs: Any,
     ) -> None:
         vit = _vit_keywords(type(self), kwargs)
         validate_vit_config(**vit)
         check_choice("downsample", downsample, StemDownsample)
+        check_choice("stem_block", stem_block, StemBlock)
+        if stem_block == "group" and downsample != "maxpool":
+            raise ValueError(
+                f"stem_block='group' halves the map with a 2x2 max-pool (airbench's groups), but downsample="
+                f"{downsample!r}: set downsample: maxpool"
+            )
         img_size, patch_size = vit["img_size"], vit["patch_size"]
         strides = validate_conv_stem(patch_size=patch_size, stem_channels=stem_channels, stem_strides=stem_strides)
         # timm's anti-aliasing slot: with aa_layer a stride-2 conv runs at stride 1 and the layer
         # (here a 2x2 max-pool) follows BatchNorm + ReLU; the same parameter names either way
         pool = nn.MaxPool2d if downsample == "maxpool" else None
         convs, prev = [], vit["in_chans"]
+        if whiten:
+            convs += [PatchWhitening(prev), nn.GELU()]
+            prev = convs[0].out_channels
         for width, stride in zip(stem_channels, strides):
-            convs.append(ConvNormAct(prev, width, kernel_size=3, stride=stride, padding=1, aa_layer=pool))
+            if stem_block == "group":
+                convs.append(ConvGroup(prev, width, stride))
+            else:
+                convs.append(ConvNormAct(prev, width, kernel_size=3, stride=stride, padding=1, aa_layer=pool))
             prev = width
         stem = nn.Sequential(*convs)
         # the stem already reduces by patch_size: the projection is 1x1 on its output
@@ -269,6 +363,25 @@ class ConvStemViT(ViT):
         self.stem_channels = tuple(stem_channels)
         self.stem_strides = strides
         self.downsample = downsample
+        self.stem_block = stem_block
+        self.whiten = whiten
+
+    @property
+    def whitening(self) -> Optional[PatchWhitening]:
+        """The stem's ``PatchWhitening`` conv (``whiten=True``), else None."""
+        first = self.stem[0]
+        return first if isinstance(first, PatchWhitening) else None
+
+    def needs_images(self) -> int:
+        """How many training images ``fit_to_images`` wants before training (0: none, or already
+        fitted, e.g. restored from a checkpoint)."""
+        whitening = self.whitening
+        return 5000 if whitening is not None and not bool(whitening.fitted) else 0
+
+    def fit_to_images(self, images: torch.Tensor) -> None:
+        """Fit the data-dependent layers (the patch whitening) to normalised training images."""
+        if self.whitening is not None:
+            self.whitening.fit(images)
 
     @property
     def stem(self) -> nn.Sequential:

@@ -14,7 +14,7 @@ from typing import get_type_hints
 import pytest
 import yaml
 
-from lightning_modules import base, ctr as ctr_module
+from lightning_modules import base, ctr as ctr_module, image_classifier, optim
 from lightning_modules.ctr import CTRModule
 from lightning_modules.image_classifier import ImageClassifier
 from models import ctr, hybrid, position, resnet, vit
@@ -41,6 +41,7 @@ SETS = [
     (resnet.POOLS, resnet.ResNetPool, resnet.ResNet, "pool"),
     (hybrid.CONSTRUCTIONS, hybrid.Construction, hybrid.HybridViT, "construction"),
     (hybrid.STEM_DOWNSAMPLES, hybrid.StemDownsample, hybrid.ConvStemViT, "downsample"),
+    (hybrid.STEM_BLOCKS, hybrid.StemBlock, hybrid.ConvStemViT, "stem_block"),
     (ctr.POSITIONS, ctr.PositionKind, ctr.BST, "position"),
     (ctr.SEQ_POOLINGS, ctr.SeqPooling, ctr.BST, "seq_pooling"),
     (ctr.WDL_SEQUENCE, ctr.SequencePooling, ctr.WDLSeq, "sequence_pooling"),
@@ -49,6 +50,8 @@ SETS = [
     (base.COMPILE_MODES, base.CompileMode, base.TrainingModule, "compile_mode"),
     (base.SCHEDULES, base.Schedule, CTRModule, "schedule"),
     (ctr_module.OPTIMIZERS, ctr_module.OptimizerName, CTRModule, "optimizer"),
+    (image_classifier.STEM_OPTIMIZERS, image_classifier.StemOptimizer, image_classifier.ImageClassifier, "stem_optimizer"),
+    (optim.RULES, optim.Rule, optim.SGDAdamW, "rule"),
 ]
 
 

@@ -298,3 +298,65 @@ def test_conv_stem_vit_trains_and_reads_like_a_hybrid():
 def test_conv_stem_bad_config_fails_with_the_value(overrides, match):
     with pytest.raises(ValueError, match=match):
         ctiny(**overrides)
+
+
+# ------------------------------------------------------------------------------ airbench's stem: whitening + conv groups
+
+from models.hybrid import ConvGroup, PatchWhitening  # noqa: E402
+
+
+def test_patch_whitening_makes_the_patch_covariance_the_identity():
+    """After ``fit``, the 2x2 patches of the images it saw come out decorrelated with unit
+    variance (up to ``eps``) in the first half of the channels, negated in the second; the weight
+    does not train, the map keeps its size and ``fitted`` flips."""
+    torch.manual_seed(0)
+    mixing = torch.tensor([[1.0, 0.8, 0.2], [0.0, 1.0, 0.5], [0.3, 0.0, 1.0]])
+    x = torch.einsum("dc,nchw->ndhw", mixing, torch.randn(64, 3, 12, 12))  # correlated channels
+    x = x + 0.5 * torch.roll(x, 1, dims=-1)  # and neighbouring pixels
+    layer = PatchWhitening(3, eps=1e-6)
+    assert layer.out_channels == 24 and not layer.weight.requires_grad and not bool(layer.fitted)
+    layer.fit(x)
+    assert bool(layer.fitted)
+    out = F.conv2d(x, layer.weight[:12])  # valid 2x2 patches only, no bias
+    flat = out.transpose(0, 1).reshape(12, -1)
+    torch.testing.assert_close(flat @ flat.T / flat.shape[1], torch.eye(12), atol=2e-3, rtol=0)
+    torch.testing.assert_close(layer.weight[12:], -layer.weight[:12])
+    assert tuple(layer(x).shape) == (64, 24, 12, 12)
+    restored = PatchWhitening(3)
+    restored.load_state_dict(layer.state_dict())
+    assert bool(restored.fitted) and torch.equal(restored.weight, layer.weight)
+    with pytest.raises(ValueError, match=r"needs images \(N, 3, H, W\), got shape \(4, 1, 8, 8\)"):
+        layer.fit(torch.zeros(4, 1, 8, 8))
+
+
+def test_conv_group_is_airbench_s_two_convs_with_a_pool_after_the_first():
+    """conv, [2x2 max-pool], BatchNorm (scale fixed at 1), GELU, conv, BatchNorm, GELU; each conv
+    starts as the identity on its first input channels."""
+    torch.manual_seed(0)
+    group = ConvGroup(4, 6, stride=2).eval()
+    assert not group.norm1.weight.requires_grad and not group.norm2.weight.requires_grad
+    assert group.norm1.momentum == 0.4
+    x = torch.randn(2, 4, 8, 8)
+    torch.testing.assert_close(group.conv1(x)[:, :4], x)  # Dirac: identity on the first 4 filters
+    h = F.gelu(group.norm1(F.max_pool2d(group.conv1(x), 2)))
+    torch.testing.assert_close(group(x), F.gelu(group.norm2(group.conv2(h))))
+    assert tuple(group(x).shape) == (2, 6, 4, 4)
+    assert tuple(ConvGroup(4, 6, stride=1)(x).shape) == (2, 6, 8, 8)
+
+
+def test_conv_stem_vit_with_whitening_and_groups():
+    """``whiten=True`` + ``stem_block='group'``: whitening conv, GELU, one group per width; the
+    grid is img_size / patch_size; ``needs_images`` asks for images until the whitening is fitted."""
+    model = ctiny(in_chans=3, stem_channels=(8, 16), stem_block="group", whiten=True, downsample="maxpool")
+    assert isinstance(model.whitening, PatchWhitening) and model.whitening.out_channels == 24
+    assert [type(m).__name__ for m in model.stem] == ["PatchWhitening", "GELU", "ConvGroup", "ConvGroup"]
+    assert model.grid_size == (4, 4) and model.needs_images() == 5000
+    x = torch.randn(8, 3, 16, 16)
+    model.fit_to_images(x)
+    assert model.needs_images() == 0 and tuple(model(x).shape) == (8, 4)
+    assert ctiny(stem_block="group", downsample="maxpool").whitening is None
+    assert ctiny().needs_images() == 0
+    with pytest.raises(ValueError, match=r"stem_block='group' halves the map with a 2x2 max-pool .* set downsample: maxpool"):
+        ctiny(stem_block="group")
+    with pytest.raises(ValueError, match=r"stem_block='resnet' is not one of \['conv', 'group'\]"):
+        ctiny(stem_block="resnet")

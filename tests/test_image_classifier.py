@@ -141,3 +141,91 @@ def test_eval_flip_averages_the_mirror_image_in_evaluation_only():
     module.train()
     loss = module._shared_step((images, labels), module.train_acc)
     assert torch.allclose(loss, module.criterion(module(images), labels))
+
+
+# ------------------------------------------------------------------------------ the stem by SGD, whitening from data
+
+from lightning_modules.optim import SGDAdamW  # noqa: E402
+from models.hybrid import ConvStemViT, PatchWhitening  # noqa: E402
+
+
+class TinyImages(TinyData):
+    """TinyData with ``train_images``, as ImageDataModule has."""
+
+    def __init__(self, seed: int = 0, **kw):
+        super().__init__(**kw)
+        self.x = torch.randn(self.x.shape, generator=torch.Generator().manual_seed(seed))
+
+    def train_images(self, n):
+        return self.x[:n]
+
+
+def whitened_net(**kw):
+    torch.manual_seed(0)
+    args = dict(img_size=8, in_chans=3, num_classes=4, patch_size=4, stem_channels=(8, 16), stem_block="group",
+                whiten=True, downsample="maxpool", embed_dim=16, depth=1, num_heads=2, mlp_ratio=2.0)
+    args.update(kw)
+    return ConvStemViT(**args)
+
+
+@pytest.mark.parametrize("lr_scaling,factor", [("none", 1.0), ("linear", 2.0)])
+def test_sgd_stem_trains_the_stem_by_sgd_and_the_rest_by_adamw(lr_scaling, factor):
+    """Stem weights in one SGD group at ``sgd_lr``, its biases in another at 64x with the decay
+    divided by 64, everything else in AdamW's groups, each trainable parameter exactly once, the
+    frozen whitening and BatchNorm scales in none; ``lr_scaling`` scales the SGD rates as ``lr``.
+    The whitening is fitted to the datamodule's training images before the first step."""
+    module = ImageClassifier(whitened_net(), lr=1e-3, weight_decay=0.05, warmup_steps=0, stem_optimizer="sgd",
+                             sgd_lr=0.2, sgd_momentum=0.8, sgd_weight_decay=1e-3, lr_scaling=lr_scaling,
+                             base_batch_size=8)  # fmt: skip
+    data = TinyImages(n=32, batch_size=16, shape=(3, 8, 8))
+    reference = PatchWhitening(3)
+    reference.fit(data.x[:5000])
+    t = trainer(max_steps=2)
+    t.fit(module, datamodule=data)
+    optimizer = t.optimizers[0]
+    assert isinstance(optimizer, SGDAdamW)
+    assert torch.equal(module.net.whitening.weight, reference.weight) and module.net.needs_images() == 0
+    names = {id(p): n for n, p in module.net.named_parameters()}
+    by_rule = {"sgd": set(), "adamw": set()}
+    for g in optimizer.param_groups:
+        by_rule[g["rule"]] |= {names[id(p)] for p in g["params"]}
+    stem = {"patch_embed.backbone." + n for n, p in module.net.stem.named_parameters() if p.requires_grad}
+    assert by_rule["sgd"] == stem and not by_rule["sgd"] & by_rule["adamw"]
+    assert by_rule["sgd"] | by_rule["adamw"] == {n for n, p in module.net.named_parameters() if p.requires_grad}
+    assert "patch_embed.backbone.0.weight" not in stem and "patch_embed.backbone.0.bias" in stem  # whitening
+    assert "patch_embed.proj.weight" in by_rule["adamw"]
+    sgd = [g for g in optimizer.param_groups if g["rule"] == "sgd"]
+    weights = next(g for g in sgd if g["params"][0].ndim > 1)
+    biases = next(g for g in sgd if g["params"][0].ndim == 1)
+    assert weights["initial_lr"] == pytest.approx(0.2 * factor) and weights["weight_decay"] == pytest.approx(1e-3)
+    assert biases["initial_lr"] == pytest.approx(0.2 * 64 * factor)
+    assert biases["weight_decay"] == pytest.approx(1e-3 / 64)
+    assert weights["momentum"] == biases["momentum"] == 0.8 and weights["nesterov"]
+    adamw = [g for g in optimizer.param_groups if g["rule"] == "adamw"]
+    assert all(g["initial_lr"] == pytest.approx(1e-3 * factor) for g in adamw)
+
+
+def test_a_resumed_run_keeps_the_checkpoint_s_whitening(tmp_path):
+    """Resuming on other images fits the whitening to them at setup, then the checkpoint's
+    (trained-with) whitening replaces it: the model continues, it is not re-whitened."""
+    module = ImageClassifier(whitened_net(), lr=1e-3, warmup_steps=0, stem_optimizer="sgd")
+    t = trainer(max_steps=2)
+    t.fit(module, datamodule=TinyImages(seed=0, shape=(3, 8, 8)))
+    path = tmp_path / "last.ckpt"
+    t.save_checkpoint(path)
+    resumed = ImageClassifier(whitened_net(), lr=1e-3, warmup_steps=0, stem_optimizer="sgd")
+    trainer(max_steps=3).fit(resumed, datamodule=TinyImages(seed=1, shape=(3, 8, 8)), ckpt_path=path)
+    assert torch.equal(resumed.net.whitening.weight, module.net.whitening.weight)
+
+
+def test_whitening_and_sgd_stem_fail_clearly_without_what_they_need():
+    with pytest.raises(ValueError, match=r"needs a datamodule with train_images\(n\) .* got TinyData; or set whiten: false"):
+        trainer(max_steps=1).fit(ImageClassifier(whitened_net()), datamodule=TinyData(shape=(3, 8, 8)))
+    with pytest.raises(ValueError, match=r"stem_optimizer='sgd' trains the net's convolutional stem .* ViT has none"):
+        ImageClassifier(tiny_vit(), stem_optimizer="sgd")
+    with pytest.raises(ValueError, match=r"stem_optimizer='lamb' is not one of \['adamw', 'sgd'\]"):
+        ImageClassifier(tiny_vit(), stem_optimizer="lamb")
+    for bad, match in (({"sgd_lr": 0.0}, "sgd_lr=0.0 must be positive"), ({"sgd_momentum": 1.0}, r"sgd_momentum=1.0 must be in \(0, 1\)"),
+                       ({"sgd_weight_decay": -1.0}, "sgd_weight_decay=-1.0 must be >= 0")):  # fmt: skip
+        with pytest.raises(ValueError, match=match):
+            ImageClassifier(whitened_net(), stem_optimizer="sgd", **bad)

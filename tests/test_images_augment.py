@@ -87,6 +87,13 @@ def test_build_augment_names_map_to_the_documented_pipeline(augment):
     assert aug.batch(x).shape == x.shape and aug(x[0]).shape == x[0].shape
 
 
+def test_build_augment_padding_overrides_size_over_8():
+    aug = build_augment("crop_flip", 32, 32, padding=2)
+    assert (aug.crop_flip.pad_h, aug.crop_flip.pad_w) == (2, 2)
+    assert build_augment("autoaugment", 32, 32, padding=0).crop_flip.pad_h == 0
+    assert build_augment("flip", 32, 32, padding=2).crop_flip.pad_h == 0  # flip never shifts
+
+
 def test_build_augment_refuses_an_unknown_name():
     with pytest.raises(ValueError, match="unknown augment 'mixup': use one of none, flip, crop_flip, randaugment"):
         build_augment("mixup", 8, 8)

@@ -181,6 +181,7 @@ def test_bad_config_values_fail_at_construction(cache):
         ({"train_samples": 0}, "train_samples=0"),
         ({"mean": [0.5]}, "mean=.*std="),
         ({"mean": [0.5], "std": [0.0]}, "std=.*positive"),
+        ({"crop_padding": -1}, r"crop_padding=-1 must be an integer >= 0"),
     ]:
         with pytest.raises(ValueError, match=pattern):
             ImageDataModule(**kwargs)
@@ -242,3 +243,19 @@ def test_closed_choices_given_in_python_fail_at_use(cache):
     with pytest.raises(ValueError, match="unknown augment 'mixup': use one of none, flip, crop_flip"):
         ImageDataModule(cache_dir=cache, source="digits", augment="mixup").setup()
 
+
+
+def test_train_images_are_normalised_unaugmented_training_images_spread_over_the_split(cache):
+    """``train_images(n)``: n images of the training split (evenly spaced rows), exactly as the
+    evaluation would see them (normalised, never cropped or flipped); all of them when n is larger."""
+    dm = make(cache, source="digits", augment="crop_flip", crop_padding=2)
+    images = dm.train_images(10)
+    assert images.shape == (10, *dm.input_shape) and images.dtype == torch.float32
+    train = dm.train_dataset
+    spots = torch.linspace(0, len(train) - 1, 10).round().long()
+    plain = make(cache, source="digits")  # the same split without augmentation
+    torch.testing.assert_close(images, torch.stack([plain.train_dataset[int(i)][0] for i in spots]))
+    assert abs(float(images.mean())) < 0.5 and 0.5 < float(images.std()) < 2  # normalised
+    assert len(dm.train_images(10**6)) == len(train)
+    assert dm._train_unaugmented is not None and dm.train_dataset.transform is not None
+    assert (dm.train_dataset.transform.crop_flip.pad_h, dm.train_dataset.transform.crop_flip.pad_w) == (2, 2)

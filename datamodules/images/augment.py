@@ -87,9 +87,11 @@ class Augment:
         return f"Augment({self.crop_flip!r}, policy={self.policy!r})"
 
 
-def build_augment(augment: str, height: int, width: int, interpolation: str = "bilinear") -> Callable | None:
+def build_augment(augment: str, height: int, width: int, interpolation: str = "bilinear",
+                  padding: int | None = None) -> Callable | None:  # fmt: skip
     """The training augmentation ``augment`` for uint8 images of ``height`` x ``width`` (None for ``none``);
-    ``random_resized_crop`` crops to ``height`` with ``interpolation``."""
+    ``random_resized_crop`` crops to ``height`` with ``interpolation``; the crops pad by ``padding``
+    pixels (None: size/8, at least 1)."""
     if augment not in AUGMENTS:
         raise ValueError(f"unknown augment {augment!r}: use one of {', '.join(AUGMENTS)}")
     if augment == "none":
@@ -98,6 +100,11 @@ def build_augment(augment: str, height: int, width: int, interpolation: str = "b
         from datamodules.images.transforms import RandomResizedCropFlip
 
         return RandomResizedCropFlip(height, interpolation=interpolation)
-    pad_h, pad_w = (0, 0) if augment == "flip" else (max(1, height // 8), max(1, width // 8))
+    if augment == "flip":
+        pad_h = pad_w = 0
+    elif padding is not None:
+        pad_h = pad_w = padding
+    else:
+        pad_h, pad_w = max(1, height // 8), max(1, width // 8)
     policy = POLICIES.get(augment)
     return Augment(CropFlip(height, width, pad_h=pad_h, pad_w=pad_w), policy() if policy is not None else None)
