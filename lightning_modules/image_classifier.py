@@ -4,9 +4,10 @@ The network is injected (``ImageClassifier(net=ViT(...))``); this module knows n
 architectures or data files. The optimiser, schedule, lr scaling, compile and model statistics
 are ``lightning_modules.base.TrainingModule``'s; this module adds the loss (cross-entropy with
 label smoothing), accuracy per stage, the warm-up as a fraction of the run, ``channels_last``,
-the mirror-averaged evaluation ``eval_flip``, and the checks of the net against the data (classes, image shape). Recipe knobs are the ones
-the ViT paper and the strong small-data recipes vary: AdamW, linear warm-up then cosine decay,
-label smoothing, no weight decay on norms, biases, position embeddings and the class token.
+the test-time augmentation of evaluation (``eval_flip``, ``eval_translate``), and the checks of the
+net against the data (classes, image shape). Recipe knobs are the ones the ViT paper and the strong
+small-data recipes vary: AdamW, linear warm-up then cosine decay, label smoothing, no weight decay
+on norms, biases, position embeddings and the class token.
 
 Scale path (all opt-in, defaults leave a run as it was):
 - ``compile``: ``torch.compile`` the net in place in ``configure_model`` (state_dict keys stay
@@ -55,6 +56,11 @@ class ImageClassifier(TrainingModule):
             its horizontal mirror (test-time augmentation with one extra forward pass; for data
             whose classes are mirror-symmetric, as the flip augmentation assumes). Training is
             unchanged.
+        eval_translate: with ``eval_flip``-style averaging, also evaluate each image shifted by
+            this many pixels up-left and down-right (reflection padding, then a crop back to the
+            size) and average: half the weight on the unshifted logits, a quarter on each shift
+            (K. Jordan's airbench test-time augmentation; with ``eval_flip`` each of the three is
+            mirror-averaged, six forward passes in all). 0 (default): no shift.
         stem_optimizer: how the net's convolutional stem (``net.stem``: ``ConvStemViT``) learns:
             ``adamw`` (as the rest of the net) or ``sgd``: SGD with Nesterov momentum, the fast
             CIFAR-10 CNNs' rule (K. Jordan's airbench), while the rest stays on AdamW
@@ -82,6 +88,7 @@ class ImageClassifier(TrainingModule):
         label_smoothing: float = 0.0,
         channels_last: bool = False,
         eval_flip: bool = False,
+        eval_translate: int = 0,
         stem_optimizer: StemOptimizer = "adamw",
         sgd_lr: float = 0.2,
         sgd_momentum: float = 0.85,
@@ -93,6 +100,8 @@ class ImageClassifier(TrainingModule):
             raise ValueError(f"warmup_fraction={warmup_fraction!r} must be in [0, 1)")
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing={label_smoothing!r} must be in [0, 1)")
+        if not isinstance(eval_translate, int) or eval_translate < 0:
+            raise ValueError(f"eval_translate={eval_translate!r} must be a whole number of pixels >= 0")
         check_choice("stem_optimizer", stem_optimizer, StemOptimizer)
         if stem_optimizer == "sgd":
             if not isinstance(getattr(net, "stem", None), nn.Module):
@@ -128,8 +137,20 @@ class ImageClassifier(TrainingModule):
         return self.net(images)
 
     def evaluate(self, images: torch.Tensor) -> torch.Tensor:
-        """The logits evaluation uses: ``forward``, or with ``eval_flip`` the mean of the
-        image's and its mirror image's."""
+        """The logits evaluation uses: ``forward``; with ``eval_flip`` the mean of the image's
+        and its mirror image's; with ``eval_translate`` (pixels) half of that plus a quarter of
+        the same for the image shifted up-left and for it shifted down-right."""
+        logits = self._mirrored(images)
+        shift = self.hparams.get("eval_translate") or 0
+        if shift and images.dim() == 4:
+            height, width = images.shape[-2:]
+            padded = nn.functional.pad(images, (shift,) * 4, mode="reflect")
+            up_left = padded[..., :height, :width]
+            down_right = padded[..., 2 * shift:2 * shift + height, 2 * shift:2 * shift + width]
+            logits = logits / 2 + (self._mirrored(up_left) + self._mirrored(down_right)) / 4
+        return logits
+
+    def _mirrored(self, images: torch.Tensor) -> torch.Tensor:
         logits = self(images)
         if self.hparams.get("eval_flip"):
             logits = (logits + self(images.flip(-1))) / 2

@@ -143,6 +143,32 @@ def test_eval_flip_averages_the_mirror_image_in_evaluation_only():
     assert torch.allclose(loss, module.criterion(module(images), labels))
 
 
+
+def test_eval_translate_adds_two_shifted_views_at_a_quarter_weight_each():
+    torch.manual_seed(0)
+    module = ImageClassifier(tiny_vit(), lr=1e-3, eval_flip=True, eval_translate=1).eval()
+    images = torch.randn(3, 1, 8, 8)
+
+    def mirrored(x):
+        return (module(x) + module(x.flip(-1))) / 2
+
+    # shifted by one pixel with reflection at the border, written out by index
+    rows = torch.tensor([1, 0, 1, 2, 3, 4, 5, 6])  # reflect-pad by 1, crop the first 8 rows
+    up_left = images[..., rows, :][..., :, rows]
+    rows = torch.tensor([1, 2, 3, 4, 5, 6, 7, 6])  # reflect-pad by 1, crop the last 8 rows
+    down_right = images[..., rows, :][..., :, rows]
+    expected = mirrored(images) / 2 + (mirrored(up_left) + mirrored(down_right)) / 4
+    assert not torch.allclose(expected, mirrored(images))
+    assert torch.allclose(module.evaluate(images), expected, atol=1e-6)
+    labels = torch.tensor([0, 1, 2])
+    assert torch.allclose(module._shared_step((images, labels), module.val_acc), module.criterion(expected, labels))
+    module.train()  # training sees the plain forward
+    loss = module._shared_step((images, labels), module.train_acc)
+    assert torch.allclose(loss, module.criterion(module(images), labels))
+    with pytest.raises(ValueError, match="eval_translate=-1"):
+        ImageClassifier(tiny_vit(), lr=1e-3, eval_translate=-1)
+
+
 # ------------------------------------------------------------------------------ the stem by SGD, whitening from data
 
 from lightning_modules.optim import SGDAdamW  # noqa: E402

@@ -137,7 +137,7 @@ def test_hparams_hold_every_argument_but_the_net():
     assert dict(module.hparams) == dict(
         lr=2e-3, weight_decay=0.05, betas=(0.9, 0.999), warmup_steps=None, min_lr_ratio=0.0, lr_scaling="none",
         base_batch_size=None, compile=False, compile_mode="default", warmup_fraction=0.05, label_smoothing=0.1,
-        channels_last=False, eval_flip=False, stem_optimizer="adamw", sgd_lr=0.2, sgd_momentum=0.85,
+        channels_last=False, eval_flip=False, eval_translate=0, stem_optimizer="adamw", sgd_lr=0.2, sgd_momentum=0.85,
         sgd_weight_decay=1.3e-3, sgd_bias_lr_scale=64.0,
     )
     module = CTRModule(tiny_bst(), schedule="cosine")
