@@ -21,7 +21,7 @@ from pathlib import Path
 from lightning_modules.checkpoint_io import CheckpointError, checkpoint_step
 from lightning_modules.checkpoint_io import load_checkpoint as load_user_checkpoint
 from reproductions.errors import RunFailed, UsageError, parser_error
-from reproductions.model_check import model_differences, refusal
+from reproductions.model_check import model_differences, refusal, runtime_settings
 
 #: values of ``--ckpt_path`` that Lightning resolves itself (or that name this run directory's files)
 KEYWORDS = ("last", "best", "hpc", "registry")
@@ -79,7 +79,9 @@ def resume_point(ckpt_path, run_dir: Path, *, requeued: bool) -> tuple[Path | No
 
 def merge_model(parser, config, subcommand: str, ckpt_path, checkpoint: dict):
     """``config`` with the checkpoint's model: refused (UsageError) if the config gives any model setting
-    differently; what the config leaves unset is taken from the checkpoint (Lightning's rule)."""
+    differently; what the config leaves unset is taken from the checkpoint (Lightning's rule), except the
+    runtime settings (``model_check.RUNTIME_HPARAMS``: compile, channels_last, test-time augmentation), which
+    are the config's."""
     hparams = dict(checkpoint.get("hyper_parameters") or {})
     hparams.pop("_instantiator", None)
     if not hparams:
@@ -87,6 +89,7 @@ def merge_model(parser, config, subcommand: str, ckpt_path, checkpoint: dict):
     differences = model_differences(config[subcommand].get("model"), hparams, subcommand)
     if differences:
         raise UsageError(refusal(differences, ckpt_path, subcommand))
+    hparams.update(runtime_settings(config[subcommand].get("model")))
     if "_class_path" in hparams:
         hparams = {"class_path": hparams.pop("_class_path"), "dict_kwargs": hparams}
     try:

@@ -9,7 +9,7 @@ before any work; every key that differs is named with both values and the comman
 What may differ:
 
 - always: ``RUNTIME_HPARAMS`` (how the module runs or evaluates, not what the net computes:
-  ``compile``, ``compile_mode``, ``channels_last``, ``eval_flip``);
+  ``compile``, ``compile_mode``, ``channels_last``, ``eval_flip``, ``eval_translate``);
 - for ``test``, ``validate`` and ``predict``: also ``TRAINING_HPARAMS`` (the optimiser and its
   schedule, which do not act in evaluation);
 - everything outside ``model``: the trainer (epochs, step and batch limits, devices, precision,
@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 #: module hyper-parameters that say how the module runs, not what it computes
-RUNTIME_HPARAMS = frozenset({"compile", "compile_mode", "channels_last", "eval_flip"})
+RUNTIME_HPARAMS = frozenset({"compile", "compile_mode", "channels_last", "eval_flip", "eval_translate"})
 #: module hyper-parameters that act only in training (optimiser, schedule, lr scaling)
 TRAINING_HPARAMS = frozenset({"lr", "weight_decay", "betas", "warmup_steps", "warmup_fraction", "min_lr_ratio",
                               "lr_scaling", "base_batch_size", "optimizer", "schedule"})
@@ -71,6 +71,16 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return float(a) == float(b)
     return a == b
+
+
+def runtime_settings(config_model: Any) -> dict[str, Any]:
+    """The config's own values of the module's ``RUNTIME_HPARAMS``: a run from a checkpoint runs
+    and evaluates as its config says (compiled or not, channels_last, test-time augmentation),
+    not as the checkpoint's run did. Empty when the config gives no model."""
+    given = _plain(config_model)
+    if not isinstance(given, dict) or not given.get("class_path"):
+        return {}
+    return {k: v for k, v in (given.get("init_args") or {}).items() if k in RUNTIME_HPARAMS}
 
 
 def model_differences(config_model: Any, checkpoint_hparams: dict, subcommand: str) -> list[tuple[str, Any, Any]]:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from reproductions.model_check import model_differences, refusal
+from reproductions.model_check import model_differences, refusal, runtime_settings
 from tests.test_faults import DIGITS, NET, REPO, RUN, TINY, _env, copy_run, finished, repro, repro_here, usage_error  # noqa: F401
 
 RESNET = "reproductions/vit/configs/resnet_fashion_mnist.yaml"
@@ -144,6 +144,15 @@ def test_another_class_is_named_once_not_argument_by_argument():
     assert model_differences(None, VIT_HPARAMS, "test") == []  # no model in the config: the checkpoint's
 
 
+
+def test_the_runtime_settings_are_the_configs_not_the_checkpoints():
+    config = _config()
+    config["init_args"].update(eval_flip=True, eval_translate=1, channels_last=True)
+    assert model_differences(config, VIT_HPARAMS, "fit") == []  # free to differ...
+    # ...and the run takes the config's (merge_model puts them over the checkpoint's hyper-parameters)
+    assert runtime_settings(config) == {"compile": True, "eval_flip": True, "eval_translate": 1, "channels_last": True}
+    assert runtime_settings(None) == {}  # no model in the config: all the checkpoint's
+
 @pytest.mark.slow
 @pytest.mark.xdist_group("faults-finished")  # shares test_faults' module fixture: one test process
 def test_a_resume_or_test_that_would_change_the_model_is_refused(finished, tmp_path, capfd, monkeypatch):
@@ -159,11 +168,15 @@ def test_a_resume_or_test_that_would_change_the_model_is_refused(finished, tmp_p
                         case="test a ViT checkpoint with a ResNet config", capfd=capfd, monkeypatch=monkeypatch)
     usage_error(result, "--model.init_args.net.class_path is 'models.resnet.ResNet' here but 'models.vit.ViT'")
     assert sorted((p.name, p.stat().st_mtime_ns) for p in run.rglob("*")) == before  # nothing touched
-    # what may change on resume passes: epochs, limits, the module's compile switch
+    # what may change on resume passes: epochs, limits, the module's compile switch, its evaluation,
+    # and the resumed run runs as the command says (the checkpoint's run had eval_flip false)
+    assert "eval_flip: false" in (run / "hparams.yaml").read_text()
     result = repro("fit", "--config", DIGITS, "--run.root", str(root), *TINY, "--trainer.max_epochs", "3",
-                   "--ckpt_path", "last", "--model.init_args.compile", "false", case="resume with more epochs")
+                   "--ckpt_path", "last", "--model.init_args.compile", "false", "--model.init_args.eval_flip", "true",
+                   case="resume with more epochs")
     assert result.returncode == 0, result.output[-3000:]
     assert json.loads((run / "results.json").read_text())["training"]["epochs"] == 3
+    assert "eval_flip: true" in (run / "hparams.yaml").read_text()
 
 
 # --------------------------------------------------------------------------- what a run records
