@@ -169,6 +169,25 @@ def test_precision_benchmark_compares_fp32_and_bf16_per_config_and_profiles_the_
         "matrix products", "casts (autocast)", "normalisation", "convolutions", "other")
 
 
+
+def test_precision_benchmark_times_compiled_steps_beside_the_eager_ones(tmp_path, monkeypatch):
+    # the compile itself is stubbed (tens of seconds per step on a CPU): this checks which steps are
+    # compiled, that each is timed in the same rounds and that the ratios are compiled over eager
+    compiled = []
+    monkeypatch.setattr(torch.nn.Module, "compile", lambda self, *a, **k: compiled.append(type(self).__name__))
+    config = "reproductions/vit/configs/convstem_fashion_mnist_fast.yaml"
+    result = _run(tmp_path, "precision", "--config", config, "--compile", "--batch-size", "2", "--profile-steps", "0",
+                  *TINY_RUN)
+    names = {r["name"]: r for r in result["steps"]}
+    assert set(names) == {"fp32 contiguous", "bf16 autocast contiguous", "fp32 channels_last",
+                          "bf16 autocast channels_last", "fp32 channels_last compiled",
+                          "bf16 autocast channels_last compiled"}
+    assert compiled == ["ConvStemViT", "ConvStemViT"]
+    verdicts = [v for v in result["verdicts"] if "compiled / eager" in v]
+    for prec in ("fp32", "bf16 autocast"):
+        ratio = names[f"{prec} channels_last compiled"]["median"] / names[f"{prec} channels_last"]["median"]
+        assert any(f"({prec}, channels_last) {ratio:.3f}x" in v for v in verdicts), verdicts
+
 # ------------------------------------------------------------------------------------------- data
 def test_data_benchmark_compares_loaders_with_model_steps(tmp_path, capsys):
     result = _run(tmp_path, "data", "--source", "digits", "--behavior-samples", "2000", "--batch-size", "8",

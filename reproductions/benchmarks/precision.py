@@ -6,7 +6,9 @@ conv-stem ViT of the 10-minute Fashion-MNIST recipe and the CIFAR-10 recipe's wi
 net of ``model.init_args.net`` at the config's input shape, one training step (forward under
 autocast, loss, backward, AdamW) in fp32 and under ``torch.autocast(bfloat16)``, each contiguous
 and, for nets with convolutions, channels_last too. The candidates alternate over ``--rounds``
-on the same batches; the table gives images/s and each one's ratio to fp32 contiguous.
+on the same batches; the table gives images/s and each one's ratio to fp32 contiguous. With
+``--compile`` the same two precisions in the last layout run ``torch.compile``-d as well
+(``nn.Module.compile``, compiled before the timed rounds), beside the eager ones.
 
 Then the answer to "why": ``torch.profiler`` over ``--profile-steps`` steps of fp32 and of bf16
 (same layout, the faster one) of each config, self CPU time per step grouped into what the
@@ -62,6 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="an image config whose net is measured (repeatable; default: " + ", ".join(CONFIGS) + ")")
     parser.add_argument("--profile-steps", dest="profile_steps", type=int, default=5,
                         help="steps profiled per precision for the per-op breakdown (0: no profile; default 5)")
+    parser.add_argument("--compile", action="store_true",
+                        help="also time the steps compiled with torch.compile (fp32 and bf16 autocast, channels_last for "
+                             "nets with convolutions); compiling takes tens of seconds per step on a CPU, untimed")
     add_run_args(parser, rounds=3, steps=4, warmup=1, batch_size=64)
 
 
@@ -114,9 +119,17 @@ def run(args: argparse.Namespace) -> Report:
                 steps[name] = TrainStep(build_seeded(class_path, **kwargs), batches, cross_entropy, device=device,
                                         amp_dtype=amp,
                                         memory_format=torch.channels_last if layout == "channels_last" else None)
+        if args.compile:
+            layout = layouts[-1]
+            for amp in (None, torch.bfloat16):
+                step = TrainStep(build_seeded(class_path, **kwargs), batches, cross_entropy, device=device, amp_dtype=amp,
+                                 memory_format=torch.channels_last if layout == "channels_last" else None)
+                step.model.compile()
+                step()  # the compile, outside the timed rounds
+                steps[f"{'bf16 autocast' if amp else 'fp32'} {layout} compiled"] = step
         print(f"[precision] {path}: {len(steps)} steps at batch {args.batch_size}, input {shape}", flush=True)
         cmp = compare(steps, rounds=args.rounds, steps_per_measure=args.steps, warmup=args.warmup, device=device,
-                      matmul_dtype=None, memory=False)
+                      matmul_dtype=None, memory=False, count=False)
         reference = cmp["fp32 contiguous"].median
         table = Table(f"{Path(path).name}: {class_path.rsplit('.', 1)[1]} training step (batch {args.batch_size}, "
                       f"{device.type})", ["precision and layout", "images/s", "x fp32 contiguous"])
@@ -126,6 +139,10 @@ def run(args: argparse.Namespace) -> Report:
         best = max(layouts, key=lambda lay: cmp[f"fp32 {lay}"].median)
         bf16 = cmp[f"bf16 autocast {best}"].median / cmp[f"fp32 {best}"].median
         verdicts.append(f"{Path(path).name}: bf16 autocast / fp32 ({best}) {bf16:.3f}x (reported, no target)")
+        if args.compile:
+            for prec in ("fp32", "bf16 autocast"):
+                ratio = cmp[f"{prec} {layouts[-1]} compiled"].median / cmp[f"{prec} {layouts[-1]}"].median
+                verdicts.append(f"{Path(path).name}: compiled / eager ({prec}, {layouts[-1]}) {ratio:.3f}x")
         if args.profile_steps:
             measured = {prec: profile_step(steps[f"{prec} {best}"], args.profile_steps) for prec in ("fp32", "bf16 autocast")}
             per = {prec: seconds for prec, (seconds, _) in measured.items()}
