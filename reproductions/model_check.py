@@ -73,14 +73,18 @@ def _same(a: Any, b: Any) -> bool:
     return a == b
 
 
+def _given_model(config_model: Any) -> dict | None:
+    """The config's ``model`` as plain ``{class_path, init_args}``, or None when it names no class."""
+    given = _plain(config_model)
+    return given if isinstance(given, dict) and given.get("class_path") else None
+
+
 def runtime_settings(config_model: Any) -> dict[str, Any]:
     """The config's own values of the module's ``RUNTIME_HPARAMS``: a run from a checkpoint runs
     and evaluates as its config says (compiled or not, channels_last, test-time augmentation),
     not as the checkpoint's run did. Empty when the config gives no model."""
-    given = _plain(config_model)
-    if not isinstance(given, dict) or not given.get("class_path"):
-        return {}
-    return {k: v for k, v in (given.get("init_args") or {}).items() if k in RUNTIME_HPARAMS}
+    given = _given_model(config_model)
+    return {k: v for k, v in (given.get("init_args") or {}).items() if k in RUNTIME_HPARAMS} if given else {}
 
 
 def model_differences(config_model: Any, checkpoint_hparams: dict, subcommand: str) -> list[tuple[str, Any, Any]]:
@@ -89,8 +93,8 @@ def model_differences(config_model: Any, checkpoint_hparams: dict, subcommand: s
     ``config_model`` is the config's ``model`` entry (``{class_path, init_args}``, a jsonargparse
     namespace or dict); an empty one (no ``--config`` model) differs from nothing.
     """
-    given = _plain(config_model)
-    if not isinstance(given, dict) or not given.get("class_path"):
+    given = _given_model(config_model)
+    if not given:
         return []
     ours = _flatten(given, "model")
     theirs = _flatten(_as_class_tree(dict(checkpoint_hparams)), "model")

@@ -144,7 +144,6 @@ def test_another_class_is_named_once_not_argument_by_argument():
     assert model_differences(None, VIT_HPARAMS, "test") == []  # no model in the config: the checkpoint's
 
 
-
 def test_the_runtime_settings_are_the_configs_not_the_checkpoints():
     config = _config()
     config["init_args"].update(eval_flip=True, eval_translate=1, channels_last=True)
@@ -152,6 +151,7 @@ def test_the_runtime_settings_are_the_configs_not_the_checkpoints():
     # ...and the run takes the config's (merge_model puts them over the checkpoint's hyper-parameters)
     assert runtime_settings(config) == {"compile": True, "eval_flip": True, "eval_translate": 1, "channels_last": True}
     assert runtime_settings(None) == {}  # no model in the config: all the checkpoint's
+
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("faults-finished")  # shares test_faults' module fixture: one test process

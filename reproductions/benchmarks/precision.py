@@ -112,24 +112,24 @@ def run(args: argparse.Namespace) -> Report:
         batches = image_batches(2, args.batch_size, shape, kwargs["num_classes"])
         probe = build_seeded(class_path, **kwargs)
         layouts = ("contiguous", "channels_last") if has_convolutions(probe) else ("contiguous",)
+        def train_step(amp: torch.dtype | None, layout: str) -> TrainStep:
+            return TrainStep(build_seeded(class_path, **kwargs), batches, cross_entropy, device=device, amp_dtype=amp,
+                             memory_format=torch.channels_last if layout == "channels_last" else None)
+
         steps = {}
         for layout in layouts:
             for amp in (None, torch.bfloat16):
-                name = f"{'bf16 autocast' if amp else 'fp32'} {layout}"
-                steps[name] = TrainStep(build_seeded(class_path, **kwargs), batches, cross_entropy, device=device,
-                                        amp_dtype=amp,
-                                        memory_format=torch.channels_last if layout == "channels_last" else None)
+                steps[f"{'bf16 autocast' if amp else 'fp32'} {layout}"] = train_step(amp, layout)
         if args.compile:
-            layout = layouts[-1]
             for amp in (None, torch.bfloat16):
-                step = TrainStep(build_seeded(class_path, **kwargs), batches, cross_entropy, device=device, amp_dtype=amp,
-                                 memory_format=torch.channels_last if layout == "channels_last" else None)
+                step = train_step(amp, layouts[-1])
                 step.model.compile()
                 step()  # the compile, outside the timed rounds
-                steps[f"{'bf16 autocast' if amp else 'fp32'} {layout} compiled"] = step
+                steps[f"{'bf16 autocast' if amp else 'fp32'} {layouts[-1]} compiled"] = step
         print(f"[precision] {path}: {len(steps)} steps at batch {args.batch_size}, input {shape}", flush=True)
         cmp = compare(steps, rounds=args.rounds, steps_per_measure=args.steps, warmup=args.warmup, device=device,
-                      matmul_dtype=None, memory=False, count=False)
+                      matmul_dtype=None, memory=False,
+                      count=not args.compile)  # no FLOP count through a compiled graph
         reference = cmp["fp32 contiguous"].median
         table = Table(f"{Path(path).name}: {class_path.rsplit('.', 1)[1]} training step (batch {args.batch_size}, "
                       f"{device.type})", ["precision and layout", "images/s", "x fp32 contiguous"])
