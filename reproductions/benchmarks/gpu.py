@@ -1,6 +1,6 @@
 """``bench gpu``: the GPU check, ViT-B/16 and BST training in bf16 on one GPU, with model FLOPs utilisation.
 
-About a minute on one H200 (estimated from the FLOPs: docs/scaling.md; not yet run on a GPU):
+53 s on one H200 (measured: docs/benchmarks.md#on-one-h200-the-gpu-check):
 
 1. **ViT-B/16 at 224 px** (``models.vit.ViT``: width 768, depth 12, 12 heads, MLP 4, 1000 classes,
    timm's shape) against timm's ``VisionTransformer`` of the same shape: images/s of the training
