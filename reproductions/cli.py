@@ -523,13 +523,16 @@ class ReproductionCLI(LightningCLI):
             for k, v in trainer.callback_metrics.items()
             if k.startswith(("train/", "val/")) and not k.endswith("samples_per_sec")  # timing is in "training"
         }
+        # the fit's totals now: a test at the best checkpoint restores the callbacks' state from it
+        # (the training clock's samples, times and throughput of an earlier epoch)
+        fit = fit_record(self.trainer, self.model, self.datamodule, self.clock)
         test_metrics: dict = {}
         if run.test_after_fit:
             ckpt = "best" if run.test_ckpt == "best" else None
             outputs = trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt, verbose=False)
             test_metrics = dict(outputs[0]) if outputs else {}
         if trainer.is_global_zero:
-            results = self.collect_results(test_metrics, final_metrics)
+            results = self.collect_results(test_metrics, final_metrics, fit)
             write_results(self.run_dir, results)
             log_results(trainer.loggers, results, self.run_dir)  # the same numbers (and files) into W&B
             if run.log_model:
@@ -538,7 +541,8 @@ class ReproductionCLI(LightningCLI):
             print(f"\n{self.experiment}/{run.variant}/seed{self.seed}: {shown or 'no test run'}")
             print(f"results: {self.run_dir / RESULTS_FILE}", flush=True)
 
-    def collect_results(self, test_metrics: dict, final_metrics: dict) -> dict:
+    def collect_results(self, test_metrics: dict, final_metrics: dict, fit: dict) -> dict:
+        """results.json of a finished fit; ``fit``: ``fit_record`` taken when training ended."""
         run = self._run_options()
         return {
             "status": "finished",
@@ -549,7 +553,7 @@ class ReproductionCLI(LightningCLI):
             "test": {k: float(v) for k, v in test_metrics.items()},
             "test_ckpt": run.test_ckpt,
             "final": final_metrics,
-            **fit_record(self.trainer, self.model, self.datamodule, self.clock),
+            **fit,
             **self._environment(),
         }
 

@@ -377,3 +377,18 @@ def test_two_process_ddp_matches_one_process(tmp_path):
 def epoch_losses(root: Path) -> list[float]:
     with open(run_dir(root) / "metrics.csv") as f:
         return [float(r["train/loss_epoch"]) for r in csv.DictReader(f) if r.get("train/loss_epoch")]
+
+
+def test_results_keep_the_whole_fits_totals_when_the_test_loads_an_earlier_best(tmp_path):
+    """A test at the best checkpoint restores the callbacks' state from it; results.json must still
+    hold the whole fit's training totals, not those of the best epoch. The checkpoint here monitors
+    the fit's clock at its minimum, so the best is the first of 3 epochs."""
+    fit(tmp_path, "--trainer.max_epochs", "3", "--run.test_ckpt", "best",
+        "--trainer.callbacks+=ModelCheckpoint", "--trainer.callbacks.monitor=time/fit_elapsed_s",
+        "--trainer.callbacks.mode=min", f"--trainer.callbacks.dirpath={tmp_path / 'ckpt'}")  # fmt: skip
+    r = load(tmp_path)
+    best = torch.load(r["best"]["path"], map_location="cpu", weights_only=False)
+    assert best["epoch"] == 0 and r["training"]["epochs"] == 3  # the best is not the last
+    assert r["training"]["steps"] == 18
+    assert r["training"]["samples_seen"] == 18 * 64  # 3 epochs of 6 full batches, not the best epoch's 6
+    assert r["training"]["total_train_flops"] == 3 * r["model"]["flops_per_sample"] * 18 * 64
