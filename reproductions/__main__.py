@@ -5,6 +5,7 @@ Commands:
     sweep                          run an ablation grid (reproductions/sweep.py): variant x seed runs
     report                         a sweep's table beside the paper and its figures (reproductions/report.py)
     claims                         every sweep's claims at every scale on one page, docs/claims.md (reproductions/claims.py)
+    registry                       the results registry in results/: add runs, list, check, tables (reproductions/registry.py)
     analyze                        attention analyses of a checkpoint or timm ViT (reproductions/analyze.py)
     data                           prepare image data ahead of time, show what is prepared (reproductions/data.py)
     sync                           upload the offline W&B runs under a path with wandb sync (reproductions/sync.py)
@@ -32,6 +33,7 @@ TOOLS = {
     "sweep": "reproductions.sweep",
     "report": "reproductions.report",
     "claims": "reproductions.claims",
+    "registry": "reproductions.registry",
     "analyze": "reproductions.analyze",
     "data": "reproductions.data",
     "sync": "reproductions.sync",
@@ -41,6 +43,7 @@ SUMMARIES = {
     "sweep": "run an ablation grid: variant x seed runs, then its report",
     "report": "a sweep's table beside the paper, its claim checks and figures",
     "claims": "every sweep's claims at every scale on one page (docs/claims.md) with figures",
+    "registry": "the results registry (results/): add finished runs, list, check, README tables, W&B",
     "analyze": "attention analyses of a checkpoint or a timm ViT",
     "data": "prepare image data ahead of time, show what is prepared",
     "sync": "upload the offline W&B runs under a path",

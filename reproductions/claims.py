@@ -1,17 +1,21 @@
 """``repro claims``: every claim of every sweep, at every scale that has runs, on one page.
 
-    repro claims [--root runs] [--out docs/claims.md] [--figures docs/figures/claims]
-                 [--sweep vit/position ...] [--smoke]
+    repro claims [--root runs] [--no-local] [--out docs/claims.md] [--figures docs/figures/claims]
+                 [--sweep vit/position ...] [--smoke] [--check]
 
-Reads the finished runs of every sweep of the repository (or of each ``--sweep``) at each of its
-profiles under the root, runs each sweep's claim checks (those of ``repro report``) and writes
-one Markdown page: the commands that regenerate it, the hardware the runs recorded, then per
-sweep and claim a table with one row per profile in scale order (the sweep file's ``scale`` of
-each profile), with a - b ± its standard error and the verdict, and a figure of a - b against
-the scale (PNG, under ``--figures``) where a claim was measured at two or more scales; then the
-attention-distance claim on every finished ViT run's analysis (not with ``--sweep``). What goes
-in the page is described in ``reproductions/sweeping/claims_page.py``. Nothing is written until
-all is computed, and then atomically; a root without any finished run is an error (exit 2).
+Reads the records of the results registry (``results/``, ``repro registry``) and the finished
+local runs under the root (not with ``--no-local``) of every sweep of the repository (or of each
+``--sweep``) at each of its profiles, runs each sweep's claim checks (those of ``repro report``)
+and writes one Markdown page: the commands that regenerate it, how many records and local runs it
+read, the hardware they recorded, then per sweep and claim a table with one row per profile in
+scale order (the sweep file's ``scale`` of each profile), with a - b ± its standard error and
+the verdict, and a figure of a - b against the scale (PNG, under ``--figures``) where a claim was
+measured at two or more scales; then the attention-distance claim on every finished ViT run's
+analysis (not with ``--sweep``). What goes in the page is described in
+``reproductions/sweeping/claims_page.py``. Nothing is written until all is computed, and then
+atomically; no record and no finished run at all is an error (exit 2). ``--check`` writes
+nothing and exits 1 when the page or a figure on disk differs from what it would write (the
+committed docs/claims.md is the registry's page: ``repro claims --no-local``).
 """
 
 from __future__ import annotations
@@ -26,18 +30,29 @@ from typing import TextIO
 from reproductions.sweeping.attention_claim import distance_groups
 from reproductions.sweeping.claims_page import SMOKE_PROFILE, build_page, gather, write_page
 from reproductions.sweeping.plan import make_plan
-from reproductions.sweeping.spec import DEFAULT_PROFILE, SweepError, load_sweep, profiles_by_sweep
+from reproductions.sweeping.records import REGISTRY_DIR, RecordError, read_registry
+from reproductions.sweeping.spec import DEFAULT_PROFILE, REPO_ROOT, SweepError, load_sweep, profiles_by_sweep
 
 DEFAULT_OUT = "docs/claims.md"
 DEFAULT_FIGURES = "docs/figures/claims"
 
 
+def _is_default(value: str, default: str) -> bool:
+    """Whether a path option names its default, given relative to here or to the repository root."""
+    return Path(value).resolve() in (Path(default).resolve(), (REPO_ROOT / default).resolve())
+
+
 def _command(args: argparse.Namespace) -> str:
     """The command line that makes this page again (the options given, defaults left out)."""
     parts = ["repro", "claims"]
-    for flag, value, default in (("--root", args.root, "runs"), ("--out", args.out, DEFAULT_OUT),
-                                 ("--figures", args.figures, DEFAULT_FIGURES)):  # fmt: skip
-        if value != default:
+    if args.root != "runs" and not args.no_local:
+        parts += ["--root", args.root]
+    if args.no_local:
+        parts.append("--no-local")
+    if not _is_default(args.registry, "results"):
+        parts += ["--registry", args.registry]
+    for flag, value, default in (("--out", args.out, DEFAULT_OUT), ("--figures", args.figures, DEFAULT_FIGURES)):
+        if not _is_default(value, default):
             parts += [flag, value]
     for sweep in args.sweep or []:
         parts += ["--sweep", sweep]
@@ -51,6 +66,17 @@ def _first_sweep_command(sweeps: list[str], root: str) -> str:
     return make_plan(sweep, DEFAULT_PROFILE if DEFAULT_PROFILE in names else names[0], root=root).sweep_command()
 
 
+def _registry_label(registry: str) -> str:
+    return "results/" if _is_default(registry, "results") else registry
+
+
+def page_differences(page) -> list[Path]:
+    """The page and figures whose file differs from what ``page`` holds (or is missing)."""
+    stale = [] if page.path.is_file() and page.path.read_text() == page.markdown else [page.path]
+    stale += [p for p, data in page.figures.items() if not p.is_file() or p.read_bytes() != data]
+    return stale
+
+
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     p = argparse.ArgumentParser(
@@ -59,7 +85,10 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         "with a figure of each claim against the scale.",
         allow_abbrev=False,
     )
-    p.add_argument("--root", default="runs", help="where the runs are (default runs)")
+    p.add_argument("--root", default="runs", help="where the local runs are (default runs)")
+    p.add_argument("--no-local", action="store_true", help="the registry's records alone, no local runs (the committed page)")
+    p.add_argument("--registry", default=str(REGISTRY_DIR), help="the results registry (default: the repository's results/)")
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 if the page or a figure differs from what it would write")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"the page (default {DEFAULT_OUT})")
     p.add_argument("--figures", default=DEFAULT_FIGURES, help=f"folder of the figures (default {DEFAULT_FIGURES})")
     p.add_argument("--sweep", action="append", default=None,
@@ -67,25 +96,38 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     p.add_argument("--smoke", action="store_true", help=f"also the {SMOKE_PROFILE!r} profiles (for tests; not a result)")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     sweeps = list(args.sweep or profiles_by_sweep())
+    local = not args.no_local
     try:
-        gathered = gather(sweeps, args.root, smoke=args.smoke)
-        distances = distance_groups(args.root, smoke=args.smoke) if not args.sweep else None
+        records = read_registry(args.registry)
+        gathered = gather(sweeps, args.root, smoke=args.smoke, registry=args.registry, local=local)
+        distances = (distance_groups(args.root if local else None, smoke=args.smoke, records=records)
+                     if not args.sweep else None)  # fmt: skip
         if not any(sc.measured for sc in gathered) and not distances:
-            print(f"error: no finished runs under {args.root}: make some first, e.g. "
+            where = f"no records in {args.registry}" + (f" and no finished runs under {args.root}" if local else "")
+            print(f"error: {where}: make some first, e.g. "
                   f"{_first_sweep_command(sweeps, args.root)}, then run {_command(args)} again", file=sys.stderr)  # fmt: skip
             return 2
         page = build_page(gathered, args.out, args.figures, root=args.root, command=_command(args),
-                          distances=distances)
-    except SweepError as e:
+                          distances=distances, registry=_registry_label(args.registry))
+    except (SweepError, RecordError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.check:
+        stale = page_differences(page)
+        for path in stale:
+            print(f"out of date: {path}", file=out)
+        if stale:
+            print(f"regenerate with: {_command(argparse.Namespace(**{**vars(args), 'check': False}))}", file=out)
+            return 1
+        print(f"up to date: {page.path} and {len(page.figures)} figures", file=out)
+        return 0
     write_page(page)
     for sc in gathered:
         if not sc.measured:
             continue
         claims = sc.claims()
         print(f"{sc.sweep.id}: {', '.join(m.profile.name for m in sc.measured)}; {len(claims)} claim{'s' if len(claims) != 1 else ''}"
-              + (f"; not run here: {', '.join(sc.not_run)}" if sc.not_run else ""), file=out)  # fmt: skip
+              + (f"; not measured: {', '.join(sc.not_run)}" if sc.not_run else ""), file=out)  # fmt: skip
     print(f"page: {page.path}" + (f"\nfigures: {len(page.figures)} in {Path(args.figures)}" if page.figures else ""), file=out)
     return 0
 

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from reproductions.sweeping.plan import check_counts, make_plan
+from reproductions.sweeping.records import REGISTRY_DIR, records_of
 from reproductions.sweeping.report import write_comparison, write_report
 from reproductions.sweeping.spec import DEFAULT_PROFILE, SweepError, profiles_help
 
@@ -39,6 +40,9 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     p.add_argument("--experiment", default=None, help="experiment name (default <sweep>-<profile>)")
     p.add_argument("--wandb", action="store_true", help="also log the table and figures to W&B (the sweep's group)")
     p.add_argument("--project", default="attention-repro", help="W&B project")
+    p.add_argument("--registry", default=str(REGISTRY_DIR),
+                   help="the results registry whose records are the reference (default: the repository's results/)")
+    p.add_argument("--no-reference", action="store_true", help="your runs alone, without the registry's reference beside them")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     check_counts(seeds=args.seeds)  # a UsageError: one ``error:`` line, exit status 2
     profiles = list(dict.fromkeys(args.profile or [DEFAULT_PROFILE]))
@@ -60,10 +64,12 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         write_comparison(plans, out=out)
         return 0
     plan = plans[0]
-    if not plan.experiment_dir.is_dir():
-        print(f"error: no runs under {plan.experiment_dir}; run first: {plan.sweep_command()}", file=sys.stderr)
+    registry = None if args.no_reference else args.registry
+    if not plan.experiment_dir.is_dir() and (registry is None or not records_of(plan.sweep.id, plan.profile.name, registry)):
+        print(f"error: no runs under {plan.experiment_dir}" + ("" if registry is None else " and no records of it in the registry")
+              + f"; run first: {plan.sweep_command()}", file=sys.stderr)  # fmt: skip
         return 1
-    write_report(plan, wandb=args.wandb, project=args.project, out=out)
+    write_report(plan, wandb=args.wandb, project=args.project, out=out, registry=registry)
     return 0
 
 

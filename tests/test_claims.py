@@ -11,6 +11,7 @@ import pytest
 from reproductions.__main__ import commands_help, main as repro_main
 from reproductions.claims import main as claims_main
 from reproductions.results import RESULTS_FILE, atomic_write_json
+from reproductions.sweeping.records import REGISTRY_DIR
 from reproductions.sweeping.spec import SweepError, load_sweep
 from tests.report_helpers import PNG, result, write_sweep
 from tests.sweep_helpers import SWEEPS
@@ -95,10 +96,11 @@ def test_head_commands_hardware_and_profiles_without_runs(page, tmp_path):
     assert f"repro sweep {tmp_path / 'pos.yaml'} --profile small --root {tmp_path / 'runs'}" in md
     assert f"repro claims --root {tmp_path / 'runs'} --out " in md
     assert "- CPU Test CPU 9000 (family 25, model 1) (AVX2); host `box`: pos `small` (12 runs); pos `large` (9 runs)" in md
-    assert "- Not run here: huge" in md  # smoke is not a result: neither measured nor missing
-    assert md.endswith("## Sweeps not run here\n\n- `other` (Never run): cpu, gpu\n")
+    assert "- Not measured: huge" in md  # smoke is not a result: neither measured nor missing
+    assert md.endswith("## Sweeps not measured\n\n- `other` (Never run): cpu, gpu\n")
+    assert "the 0 records of the results registry (`results/`) and 21 finished local runs under" in md
     assert "`smoke`" not in md and "- Paper: A clear gap between none and any embedding." in md
-    assert "pos: small, large; 3 claims; not run here: huge" in printed
+    assert "pos: small, large; 3 claims; not measured: huge" in printed
 
 
 def test_smoke_profiles_on_request(tmp_path):
@@ -131,7 +133,8 @@ def test_an_empty_root_is_one_error_line_naming_it_and_the_command_that_makes_ru
     out = tmp_path / "claims.md"
     assert repro_main(["claims", "--sweep", str(sweep), "--root", str(root), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith(f"error: no finished runs under {root}: make some first, e.g. repro sweep ")
+    assert len(err) == 1 and err[0].startswith(f"error: no records in {REGISTRY_DIR} and no finished runs under {root}: "
+                                               "make some first, e.g. repro sweep ")
     assert "--profile large" in err[0] and not out.exists()
 
 

@@ -12,13 +12,14 @@ the first and last layers' means, the local heads and the verdict
 (``analysis.distance.locality``); and the figure of the longest-trained group, copied from its
 run directory.
 
-Layer: beside ``claims_page`` (imports results and analysis.distance only).
+Layer: beside ``claims_page`` (imports results, collect and analysis.distance).
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,6 +27,7 @@ import torch
 
 from analysis.distance import LOCAL_FRACTION, locality, summarize
 from reproductions.results import results_state
+from reproductions.sweeping.collect import same_run
 
 #: where a run keeps its attention distances
 DISTANCE_FILE = Path("analysis") / "attention_distance.json"
@@ -37,7 +39,7 @@ class DistanceGroup:
 
     experiment: str
     variant: str
-    runs: list[tuple[dict, dict, Path]] = field(default_factory=list)  # (distance json, results, run dir)
+    runs: list[tuple[dict, dict, Path | None]] = field(default_factory=list)  # (distance json, results, run dir or None)
 
     @property
     def label(self) -> str:
@@ -69,31 +71,45 @@ def _config_grid(run_dir: Path) -> tuple[int, int] | None:
 
 
 def _grid_tokens(group: DistanceGroup) -> int | None:
-    grids = {tuple(d["grid_size"]) if d.get("grid_size") else _config_grid(run_dir) for d, _, run_dir in group.runs}
+    grids = {tuple(d["grid_size"]) if d.get("grid_size") else (_config_grid(run_dir) if run_dir is not None else None)
+             for d, _, run_dir in group.runs}
     if len(grids) != 1 or None in grids:
         return None
     rows, cols = next(iter(grids))
     return int(rows) * int(cols)
 
 
-def distance_groups(root: str | os.PathLike, *, smoke: bool = False) -> list[DistanceGroup]:
-    """Every finished run under ``root`` with attention distances, grouped by experiment and
-    variant (runs of a ``-smoke`` experiment only with ``smoke``), in order of tokens then samples
-    seen. Groups whose seeds disagree on the layers or heads keep only the first shape's seeds."""
-    groups: dict[tuple[str, str], DistanceGroup] = {}
+def _local_distances(root: str | os.PathLike):
+    """(distance json, results, run dir) of every finished run under ``root`` that has one."""
     for path in sorted(Path(root).rglob(str(DISTANCE_FILE))):
         run_dir = path.parent.parent
         state, results = results_state(run_dir)
         if state != "finished" or results is None:
             continue
+        try:
+            distances = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        yield distances, {**results, "source": "local"}, run_dir
+
+
+def distance_groups(root: str | os.PathLike | None, *, smoke: bool = False, records: Sequence = ()) -> list[DistanceGroup]:
+    """Every finished run under ``root`` (None: none) and every registry record (``records``)
+    with attention distances, grouped by experiment and variant (runs of a ``-smoke`` experiment
+    only with ``smoke``; a record of a run also found locally counts once), in order of tokens then
+    samples seen. Groups whose seeds disagree on the layers or heads keep only the first shape's seeds."""
+    found = list(_local_distances(root)) if root is not None else []
+    local = [results for _, results, _ in found]
+    found += [(rec.data["attention_distance"], rec.results(), None) for rec in records
+              if "attention_distance" in rec.data and not any(same_run(rec.data, r) for r in local)]  # fmt: skip
+    groups: dict[tuple[str, str], DistanceGroup] = {}
+    for distances, results, run_dir in found:
         experiment, variant = str(results.get("experiment", "")), str(results.get("variant", ""))
         if experiment.endswith("-smoke") and not smoke:
             continue
         try:
-            distances = json.loads(path.read_text())
-            rows = distances["attention_distance"]
-            shape = [len(r["heads"]) for r in rows]
-        except (OSError, ValueError, KeyError, TypeError):
+            shape = [len(r["heads"]) for r in distances["attention_distance"]]
+        except (KeyError, TypeError):
             continue
         group = groups.setdefault((experiment, variant), DistanceGroup(experiment, variant))
         if group.runs and shape != [len(r["heads"]) for r in group.runs[0][0]["attention_distance"]]:
@@ -105,6 +121,15 @@ def distance_groups(root: str | os.PathLike, *, smoke: bool = False) -> list[Dis
         return (tokens is None, tokens or 0, samples or 0, g.label)
 
     return sorted(groups.values(), key=key)
+
+
+def _draw(label: str, distances: dict) -> bytes:
+    """The figure the fit drew (per layer and head, uniform attention dashed), from a record's data."""
+    from analysis.figures import attention_distance_figure
+    from reproductions.sweeping.figures import png_bytes
+
+    heads = torch.tensor([row["heads"] for row in distances["attention_distance"]], dtype=torch.float64)
+    return png_bytes(attention_distance_figure({label: heads}, references={label: float(distances["uniform_attention_distance"])}))
 
 
 def _px(value: float) -> str:
@@ -148,11 +173,12 @@ def distance_section(groups: list[DistanceGroup], page_dir: Path, figure_dir: Pa
         )
     lines.append("")
     longest = max(groups, key=lambda g: (g.budget()[2] or 0, _grid_tokens(g) or 0))
-    source = longest.runs[0][2] / "analysis" / "attention_distance.png"
-    if source.is_file():
+    distances, _, run_dir = longest.runs[0]
+    source = run_dir / "analysis" / "attention_distance.png" if run_dir is not None else None
+    if source is None or source.is_file():
         name = f"attention-distance-{longest.experiment.replace('/', '-')}-{longest.variant}.png".replace("=", "-")
         target = figure_dir / name
-        figures[target] = source.read_bytes()
+        figures[target] = source.read_bytes() if source is not None else _draw(longest.label, distances)
         link = Path(os.path.relpath(target, page_dir)).as_posix()
         epochs, steps, _ = longest.budget()
         lines += [f"The longest-trained run, {longest.label} (seed {longest.runs[0][1].get('seed', '?')}, {epochs} epochs): "

@@ -359,7 +359,7 @@ def check_time_to_target(plan: Plan, collected: list[VariantResults]) -> list[Cl
     for vr in collected:
         for r in vr.results:
             seed = int(r.get("seed", -1))
-            curve = run_curve(plan, vr.variant, seed, x, y)
+            curve = run_curve(plan, r, x, y)
             hit = next((t for t, v in curve if v >= target), None)
             test = metric_value(r, m.key)
             fit_s = value_at(r, "training.fit_time_s")

@@ -9,7 +9,7 @@ once everything is built.
 
 The page's head: the commands that made the runs and the one that regenerates the page, and the
 hardware the runs recorded (results.json's ``hardware`` and ``host``). Then per sweep the
-profiles without finished runs here (one line: "not run here: gpu, imagenet") and, per claim (a
+profiles without finished runs (one line: "not measured: gpu, imagenet") and, per claim (a
 ``claims.Comparison``: "a > b", with where it is made), a table with one row per profile in
 scale order: profile, scale, runs per side, a - b ± its standard error, the verdict (holds /
 does not hold / within noise); the sweeps without any finished run in one list at the end. Scale order (``scale_key``): the profiles' ``scale`` axes in the
@@ -110,9 +110,11 @@ def scale_key(sweep: Sweep) -> Callable[[Profile], tuple]:
     return key
 
 
-def gather(sweeps: Sequence[str | os.PathLike | Sweep], root: str | os.PathLike, *, smoke: bool = False) -> list[SweepClaims]:
-    """Each sweep's profiles with finished runs under ``root`` (collected, claims checked, in
-    scale order) and the names of those without; ``smoke`` profiles only with ``smoke``."""
+def gather(sweeps: Sequence[str | os.PathLike | Sweep], root: str | os.PathLike, *, smoke: bool = False,
+           registry: str | os.PathLike | None = None, local: bool = True) -> list[SweepClaims]:  # fmt: skip
+    """Each sweep's profiles with finished runs (collected, claims checked, in scale order) and
+    the names of those without; ``smoke`` profiles only with ``smoke``. The runs: the records of
+    ``registry`` (None: none) and, unless ``local`` is false, the run directories under ``root``."""
     out = []
     for ref in sweeps:
         sweep = ref if isinstance(ref, Sweep) else load_sweep(ref)
@@ -121,7 +123,7 @@ def gather(sweeps: Sequence[str | os.PathLike | Sweep], root: str | os.PathLike,
             if name == SMOKE_PROFILE and not smoke:
                 continue
             plan = make_plan(sweep, name, root=root)
-            collected = collect(plan) if plan.experiment_dir.is_dir() else []
+            collected = collect(plan, registry=registry, local=local and plan.experiment_dir.is_dir())
             if any(vr.results for vr in collected):
                 measured.append(Measured(plan, collected, check_claims(plan, collected)))
             else:
@@ -174,6 +176,16 @@ def _hardware_lines(gathered: list[SweepClaims]) -> list[str]:
     return lines
 
 
+def source_counts(gathered: list[SweepClaims], distances: Sequence[DistanceGroup] = ()) -> tuple[int, int]:
+    """(registry records, local runs) behind the page."""
+    runs = {}
+    for r in [r for sc in gathered for m in sc.measured for vr in m.collected for r in vr.results] + \
+            [r for g in distances for _, r, _ in g.runs]:
+        runs.setdefault(tuple(str(r.get(k)) for k in ("experiment", "variant", "seed", "host", "finished_at")), r)
+    registry = sum(1 for r in runs.values() if r.get("source") == "registry")
+    return registry, len(runs) - registry
+
+
 def _figure_name(sweep: Sweep, claim: str) -> str:
     slug = re.sub(r"[^A-Za-z0-9]+", "-", claim).strip("-").lower()[:60]
     digest = hashlib.sha1(f"{sweep.id}\n{claim}".encode()).hexdigest()[:8]
@@ -206,8 +218,8 @@ def _sweep_section(sc: SweepClaims, page_dir: Path, figure_dir: Path, figures: d
     lines = [f"## {sweep.title} (`{sweep.id}`)", ""]
     lines += [f"- Paper: {claim.strip()}" for claim in sweep.claims]
     measured = ", ".join(f"`{m.profile.name}` ({scale_label(m.profile)}, {m.runs} runs)" for m in sc.measured)
-    lines.append(f"- Measured here: {measured}")
-    lines.append(f"- Not run here: {', '.join(sc.not_run)}" if sc.not_run else "- Not run here: none (every profile has runs)")
+    lines.append(f"- Measured: {measured}")
+    lines.append(f"- Not measured: {', '.join(sc.not_run)}" if sc.not_run else "- Not measured: none (every profile has runs)")
     lines.append("")
     check = sweep.report.get("check")
     claims = sc.claims()
@@ -238,28 +250,31 @@ def _sweep_section(sc: SweepClaims, page_dir: Path, figure_dir: Path, figures: d
 
 
 def build_page(gathered: list[SweepClaims], out: str | os.PathLike, figure_dir: str | os.PathLike, *, root: str | os.PathLike,
-               command: str, distances: list[DistanceGroup] | None = None) -> Page:  # fmt: skip
+               command: str, distances: list[DistanceGroup] | None = None, registry: str = "results/") -> Page:  # fmt: skip
     """The page at ``out`` and its figures under ``figure_dir`` (drawn in memory, not written);
     ``distances`` (``attention_claim.distance_groups``) adds the attention-distance section."""
     out, figure_dir = Path(out), Path(figure_dir)
     page_dir = out.parent
     figures: dict[Path, bytes] = {}
     made_by = [m.plan.sweep_command() for sc in gathered for m in sc.measured]
+    n_registry, n_local = source_counts(gathered, distances or [])
+    sources = f"the {n_registry} records of the results registry (`{registry}`)"
+    sources += f" and {n_local} finished local runs under `{root}`" if n_local else " (no local runs)"
     lines = [
         "# Claims at every scale",
         "",
-        f"Every claim check of every sweep (its sweep file's `report.check`, as `repro report` runs it) on the "
-        f"finished runs under `{root}`, at each profile (scale) that has any. Generated by `repro claims`: no "
+        f"Every claim check of every sweep (its sweep file's `report.check`, as `repro report` runs it) on "
+        f"{sources}, at each profile (scale) that has any. Generated by `repro claims`: no "
         "verdict on this page is written by hand.",
         "",
-        "Regenerate it: the runs, then the page:",
+        "Regenerate it: the runs (each then recorded with `repro registry add runs/<experiment>`), then the page:",
         "",
         "```bash",
         *made_by,
         command,
         "```",
         "",
-        "Measured on (as each run's results.json records it):",
+        "Measured on (as each run's record or results.json says):",
         "",
         *_hardware_lines(gathered),
         "",
@@ -279,7 +294,7 @@ def build_page(gathered: list[SweepClaims], out: str | os.PathLike, figure_dir: 
         lines += distance_section(distances, page_dir, figure_dir, figures)
     unmeasured = [sc for sc in gathered if not sc.measured]
     if unmeasured:
-        lines += ["## Sweeps not run here", ""]
+        lines += ["## Sweeps not measured", ""]
         lines += [f"- `{sc.sweep.id}` ({sc.sweep.title}): {', '.join(sc.not_run) or 'no profile'}" for sc in unmeasured]
         lines.append("")
     return Page(out, "\n".join(lines).rstrip() + "\n", figures)

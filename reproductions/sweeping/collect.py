@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from reproductions.results import RESULTS_FILE, metric_value, read_results, resu
 from reproductions.rundir import describe_holder, is_stale, read_holder
 from reproductions.sweeping.launch import last_error
 from reproductions.sweeping.plan import LOG_FILE, Plan
+from reproductions.sweeping.records import records_of
 from reproductions.sweeping.spec import Metric, Variant
 
 
@@ -117,47 +119,85 @@ def foreign(results: dict, plan: Plan, variant: Variant, seed: int) -> str | Non
     return "; ".join(wrong) or None
 
 
-def collect(plan: Plan) -> list[VariantResults]:
+def same_run(a: dict, b: dict) -> bool:
+    """Whether two results (a run directory's, a registry record's) are one run."""
+    keys = ("experiment", "variant", "seed", "host", "finished_at")
+    return all(a.get(k) == b.get(k) for k in keys) and a.get("finished_at") is not None
+
+
+def collect(plan: Plan, *, registry: str | os.PathLike | None = None, local: bool = True) -> list[VariantResults]:
     """Finished results per variant (planned seeds and any other finished seed on disk) and
     the planned runs without one, with the reason (not run / running now / failed or unfinished +
     last log line); a results.json that is not the run's (``foreign``) goes to ``rejected`` and
-    ``missing`` instead of the results, whether its seed was planned or not."""
+    ``missing`` instead of the results, whether its seed was planned or not.
+
+    Each result says where it came from in ``source``: ``local`` (a run directory under the
+    plan's root) or ``registry``. ``registry``: also the records of the results registry at that
+    folder (``records``) for this sweep and profile (a record of a run also found locally counts
+    once); ``local=False``: the registry's records alone."""
+    records: dict[str, list[dict]] = {}
+    if registry is not None:
+        for rec in records_of(plan.sweep.id, plan.profile.name, registry):
+            records.setdefault(rec.data["variant"], []).append(rec.results())
     out = []
     for variant in plan.variants:
-        vdir = plan.experiment_dir / variant.name
-        seeds = list(plan.seeds)
-        if vdir.is_dir():
-            seeds += sorted(s for s in (_seed_of(p) for p in vdir.iterdir() if p.is_dir()) if s is not None and s not in seeds)
-        vr = VariantResults(variant)
-        for seed in sorted(seeds):
-            run_dir = vdir / f"seed{seed}"
-            res = read_results(run_dir)
-            why_not = foreign(res, plan, variant, seed) if res is not None else None
-            if why_not is not None:
-                why = (f"{RESULTS_FILE} does not belong to this sweep's run ({why_not}): left out of the table, "
-                       "the means and the ratios; move it to its own run directory or delete it")
-                vr.rejected.append((seed, why))
-                vr.missing.append((seed, why))
-            elif res is not None:
-                vr.results.append(res)
-            elif seed in plan.seeds:
-                if not run_dir.exists():
-                    vr.missing.append((seed, "not run"))
-                elif results_state(run_dir)[0] == "corrupt":
-                    vr.missing.append((seed, f"corrupt {RESULTS_FILE} (not a complete JSON object): delete it and rerun"))
-                elif (holder := running(run_dir)) is not None:
-                    vr.missing.append((seed, f"running now ({describe_holder(holder)})"))
-                else:
-                    log = run_dir / LOG_FILE
-                    why = last_error(log) if log.exists() else "no results.json and no stdout.log"
-                    vr.missing.append((seed, f"failed or unfinished: {why}"))
+        vr = _collect_local(plan, variant) if local else VariantResults(variant)
+        for rec in records.get(variant.name, []):
+            if not any(same_run(rec, r) for r in vr.results):
+                vr.results.append(rec)
+        vr.results.sort(key=lambda r: (int(r.get("seed", -1)), r.get("source") != "local"))
+        done = {int(r.get("seed", -1)) for r in vr.results}
+        vr.missing = [(seed, why) for seed, why in vr.missing if seed not in done or (seed, why) in vr.rejected]
+        if not local:
+            vr.missing = [(seed, "no record") for seed in plan.seeds if seed not in done]
         out.append(vr)
     return out
 
-def run_curve(plan: Plan, variant: Variant, seed: int, x: str, y: str) -> list[tuple[float, float]]:
-    """(x, y) pairs of one run's metrics.csv rows that have both columns (e.g. the wall time since
-    fit started and the validation accuracy of each validation), in file order."""
-    path = plan.experiment_dir / variant.name / f"seed{seed}" / "metrics.csv"
+
+def _collect_local(plan: Plan, variant: Variant) -> VariantResults:
+    """One variant's run directories under the plan's root (see ``collect``)."""
+    vdir = plan.experiment_dir / variant.name
+    seeds = list(plan.seeds)
+    if vdir.is_dir():
+        seeds += sorted(s for s in (_seed_of(p) for p in vdir.iterdir() if p.is_dir()) if s is not None and s not in seeds)
+    vr = VariantResults(variant)
+    for seed in sorted(seeds):
+        run_dir = vdir / f"seed{seed}"
+        res = read_results(run_dir)
+        why_not = foreign(res, plan, variant, seed) if res is not None else None
+        if why_not is not None:
+            why = (f"{RESULTS_FILE} does not belong to this sweep's run ({why_not}): left out of the table, "
+                   "the means and the ratios; move it to its own run directory or delete it")
+            vr.rejected.append((seed, why))
+            vr.missing.append((seed, why))
+        elif res is not None:
+            vr.results.append({**res, "source": "local"})
+        elif seed in plan.seeds:
+            if not run_dir.exists():
+                vr.missing.append((seed, "not run"))
+            elif results_state(run_dir)[0] == "corrupt":
+                vr.missing.append((seed, f"corrupt {RESULTS_FILE} (not a complete JSON object): delete it and rerun"))
+            elif (holder := running(run_dir)) is not None:
+                vr.missing.append((seed, f"running now ({describe_holder(holder)})"))
+            else:
+                log = run_dir / LOG_FILE
+                why = last_error(log) if log.exists() else "no results.json and no stdout.log"
+                vr.missing.append((seed, f"failed or unfinished: {why}"))
+    return vr
+
+
+def run_curve(plan: Plan, results: dict, x: str, y: str) -> list[tuple[float, float]]:
+    """(x, y) pairs of one run's validations that have both values (e.g. the wall time since fit
+    started and the validation accuracy), in order: a registry record's ``curve``, else the rows
+    of the run's metrics.csv."""
+    curve = results.get("curve")
+    if isinstance(curve, dict) and results.get("source") == "registry":
+        cols = curve.get("columns") or []
+        if x not in cols or y not in cols:
+            return []
+        i, j = cols.index(x), cols.index(y)
+        return [(float(row[i]), float(row[j])) for row in curve.get("rows") or [] if row[i] is not None and row[j] is not None]
+    path = plan.experiment_dir / str(results.get("variant")) / f"seed{results.get('seed')}" / "metrics.csv"
     if not path.exists():
         return []
     out = []

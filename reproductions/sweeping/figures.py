@@ -132,8 +132,8 @@ def plot_curves(plan: Plan, collected: list[VariantResults], have: list[VariantR
     fig, ax = plt.subplots(figsize=(7, 4.2))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, vr in enumerate(collected):
-        for j, seed in enumerate(vr.seeds()):
-            curve = run_curve(plan, vr.variant, seed, x, y)
+        for j, r in enumerate(vr.results):
+            curve = run_curve(plan, r, x, y)
             if curve:
                 ax.plot([c[0] for c in curve], [c[1] for c in curve], marker=".", color=colors[i % len(colors)],
                         alpha=0.85, label=vr.variant.name if j == 0 else None)  # fmt: skip

@@ -50,6 +50,8 @@ from reproductions.sweeping.claims import ClaimLine, check_claims
 from reproductions.sweeping.collect import VariantResults, collect
 from reproductions.sweeping.figures import figure
 from reproductions.sweeping.plan import Plan, cli_value
+from reproductions.sweeping.records import REGISTRY_DIR
+from reproductions.sweeping.reference import against_reference, reference_markdown, reference_table
 from reproductions.sweeping.spec import REPO_ROOT, SweepError
 from reproductions.sweeping.tables import fmt_paper, fmt_seconds, fmt_stat, markdown_table, table, text_table
 from utils.atomic import atomic_write_text
@@ -68,6 +70,8 @@ class Report:
     claims: list[str] = field(default_factory=list)  # the report.check summary lines
     warnings: list[str] = field(default_factory=list)  # one per run left out: its results.json is not its own
     claim_lines: list[ClaimLine] = field(default_factory=list)  # the same lines with the comparisons they check
+    reference: tuple[list[str], list[list[str]]] | None = None  # your runs beside the registry's (header, rows)
+    source: str = "local"  # what the table shows: ``local`` runs, or the ``registry``'s records (no local run)
 
 
 def rejected_warnings(plan: Plan, collected: list[VariantResults]) -> list[str]:
@@ -202,16 +206,39 @@ def claims_markdown(claims: Sequence[str]) -> list[str]:
     return [f"- {line}" if not line.startswith("  ") else f"  - {line.strip()}" for line in claims]
 
 
-def render(plan: Plan, figure_dir: str | os.PathLike | None = None) -> Report:
+def render(plan: Plan, figure_dir: str | os.PathLike | None = None, *,
+           registry: str | os.PathLike | None = REGISTRY_DIR) -> Report:  # fmt: skip
     """Collect the results, draw the figure (into ``figure_dir``, default the experiment's
-    directory) and build the report, writing no report.md (the notebook's entry point)."""
+    directory) and build the report, writing no report.md (the notebook's entry point).
+
+    With a ``registry`` that holds records of this sweep and profile: your runs (under the
+    plan's root) get a section beside that reference (``reference``); with no run of yours, the
+    report is the reference's own (its records, said so at the top)."""
     collected = collect(plan)
+    reference = collect(plan, registry=registry, local=False) if registry is not None else []
+    own, recorded = any(vr.results for vr in collected), any(vr.results for vr in reference)
+    source = "registry" if recorded and not own else "local"
+    if source == "registry":
+        collected = reference
     figures = []
     fig_dir = Path(figure_dir) if figure_dir is not None else plan.experiment_dir
     fig = figure(plan, collected, fig_dir / f"{plan.sweep.axis}.png")
     if fig is not None:
         figures.append(fig)
-    return build_report(plan, collected, figures)
+    report = build_report(plan, collected, figures)
+    label = _rel(Path(registry)) + "/" if registry is not None else ""
+    if source == "registry":
+        note = (f"No runs of yours under `{plan.experiment_dir}`: this is the reference, the {sum(len(vr.results) for vr in reference)} "
+                f"records of the results registry (`{label}`). Run `{plan.sweep_command()}` to compare yours with it.")  # fmt: skip
+        report.markdown = report.markdown.replace("\n## ", f"\n{note}\n\n## ", 1)
+        report.source = "registry"
+    elif recorded:
+        rows = against_reference(plan, collected, reference)
+        report.reference = reference_table(plan, rows)
+        section = "\n".join(reference_markdown(plan, rows, label))
+        marker = "## Figures" if "\n## Figures" in report.markdown else "## Missing or failed runs"
+        report.markdown = report.markdown.replace(f"\n{marker}", f"\n{section}\n{marker}", 1)
+    return report
 
 
 def print_report(report: Report, title: str, out: TextIO) -> None:
@@ -219,9 +246,14 @@ def print_report(report: Report, title: str, out: TextIO) -> None:
     print(f"\n{title}", file=out)
     for line in report.warnings:
         print(f"warning: {line}", file=out)
+    if report.source == "registry":
+        print("no runs of yours here: the reference records of the results registry", file=out)
     print(text_table(report.header, report.rows), file=out)
     for line in report.claims:
         print(f"  {line}", file=out)
+    if report.reference is not None:
+        print("beside the reference (the results registry):", file=out)
+        print(text_table(*report.reference), file=out)
     if report.missing:
         print(f"missing or failed runs ({len(report.missing)}):", file=out)
         for m in report.missing:
@@ -229,10 +261,11 @@ def print_report(report: Report, title: str, out: TextIO) -> None:
     print(f"report: {report.path}" + "".join(f"\nfigure: {f}" for f in report.figures), file=out)
 
 
-def write_report(plan: Plan, *, wandb: bool = False, project: str = "attention-repro", out: TextIO | None = None) -> Report:
+def write_report(plan: Plan, *, wandb: bool = False, project: str = "attention-repro", out: TextIO | None = None,
+                 registry: str | os.PathLike | None = REGISTRY_DIR) -> Report:  # fmt: skip
     """Collect, draw, write ``report.md`` atomically, print the table (and log to W&B)."""
     out = out or sys.stdout
-    report = render(plan)
+    report = render(plan, registry=registry)
     atomic_write_text(report.path, report.markdown)
     print_report(report, f"{plan.sweep.title} ({plan.experiment})", out)
     if wandb:

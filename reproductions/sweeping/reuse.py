@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,7 +81,9 @@ def resolve_config(args: Sequence[str]) -> str:
             raise Resolved(self._parser(self.subcommand).dump(self.config[self.subcommand], skip_none=False))
 
     try:
-        ResolveOnly(args=list(args))
+        with warnings.catch_warnings():  # args given while sys.argv holds this command's own: intended here
+            warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")
+            ResolveOnly(args=list(args))
     except Resolved as done:
         return str(done.args[0])
     raise RuntimeError(f"the CLI did not stop before instantiating for {list(args)}")  # pragma: no cover

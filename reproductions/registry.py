@@ -1,0 +1,147 @@
+"""``repro registry``: the results registry in ``results/``, one record per finished sweep run.
+
+    repro registry add PATH [PATH ...] [--allow-changed] [--dry-run]   # record the finished runs under PATH
+    repro registry list [--sweep vit/position] [--profile cpu]          # what is recorded: runs per variant, seeds, hardware
+    repro registry check [--definitions]                                # every record valid (and its sweep definition unchanged)
+    repro registry tables [--check]                                     # the README tables, generated from the records
+    repro registry wandb [--sweep ...] [--profile ...] [--project P]    # the records as W&B runs (job type reference)
+
+``add`` records each finished run directory under PATH (a run, an experiment, or all of
+``runs/``) as ``results/<sweep>/<profile>/<variant>/seed<k>-<id>.json`` and refuses, one line
+each, a run that did not finish, one that is not a sweep profile's, a ``smoke`` run, one whose
+config differs from what the sweep file defines now (unless ``--allow-changed``: the differences
+are recorded as the record's ``overrides``) and one already recorded. What a record holds:
+``reproductions/sweeping/records.py``. Every reader of results (``repro report``, ``repro
+claims``, the README tables) reads the registry beside any local runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from reproductions.errors import UsageError
+from reproductions.sweeping.records import REGISTRY_DIR, RecordError, add_runs, read_registry, stale_records
+
+
+def _records(registry: Path, sweep: str | None, profile: str | None):
+    return [r for r in read_registry(registry)
+            if (sweep is None or r.data["sweep"] == sweep) and (profile is None or r.data["profile"] == profile)]  # fmt: skip
+
+
+def cmd_add(args: argparse.Namespace, out: TextIO) -> int:
+    added = refused = duplicates = 0
+    for path in args.path:
+        if not Path(path).exists():
+            raise UsageError(f"{path} does not exist; give a run directory, an experiment directory or runs/")
+        outcomes = add_runs(path, args.registry, allow_changed=args.allow_changed, dry_run=args.dry_run)
+        if not outcomes:
+            raise UsageError(f"no run directories (seed<k>/ with a results.json or config.yaml) under {path}")
+        for o in outcomes:
+            if o.added is not None:
+                added += 1
+                print(f"{'would add' if args.dry_run else 'added'} {o.added}  <- {o.run_dir}", file=out)
+            elif o.refused and o.refused.startswith("already in the registry"):
+                duplicates += 1
+                print(f"skipped {o.run_dir}: {o.refused}", file=out)
+            else:
+                refused += 1
+                print(f"refused {o.run_dir}: {o.refused}", file=out)
+    verb = "would be added" if args.dry_run else "added"
+    print(f"{added} {verb}, {duplicates} already recorded, {refused} refused", file=out)
+    return 1 if refused and not added else 0
+
+
+def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
+    from reproductions.sweeping.claims_page import hardware_label
+
+    records = _records(args.registry, args.sweep, args.profile)
+    groups: dict[tuple[str, str], dict[str, list]] = {}
+    for r in records:
+        groups.setdefault((r.data["sweep"], r.data["profile"]), {}).setdefault(r.data["variant"], []).append(r)
+    for (sweep, profile), variants in sorted(groups.items()):
+        n = sum(len(v) for v in variants.values())
+        hardware = sorted({hardware_label(r.data) for v in variants.values() for r in v})
+        print(f"{sweep} --profile {profile}: {n} records, {len(variants)} variants; {'; '.join(hardware)}", file=out)
+        for variant, recs in variants.items():
+            seeds = ", ".join(str(r.data["seed"]) for r in sorted(recs, key=lambda r: r.data["seed"]))
+            print(f"  {variant}: seeds {seeds}", file=out)
+    print(f"{len(records)} records in {args.registry}", file=out)
+    return 0
+
+
+def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
+    records = read_registry(args.registry)  # raises RecordError on the first invalid record
+    print(f"{len(records)} records valid (schema)", file=out)
+    if not args.definitions:
+        return 0
+    stale = list(stale_records(records))
+    for rec, why in stale:
+        print(f"stale {rec.path}: {why}", file=out)
+    print(f"{len(stale)} of {len(records)} records no longer match their sweep file"
+          + ("; rerun those variants and add them (repro registry add), or remove the records" if stale else ""), file=out)  # fmt: skip
+    return 1 if stale else 0
+
+
+def cmd_tables(args: argparse.Namespace, out: TextIO) -> int:
+    from reproductions.sweeping.registry_docs import update_docs
+
+    changed = update_docs(args.registry, check=args.check)
+    for path in changed:
+        print(f"{'out of date' if args.check else 'updated'}: {path}", file=out)
+    if args.check and changed:
+        print("run `repro registry tables` to regenerate them from the registry", file=out)
+        return 1
+    if not changed:
+        print("every generated table is up to date", file=out)
+    return 0
+
+
+def cmd_wandb(args: argparse.Namespace, out: TextIO) -> int:
+    from reproductions.sweeping.publish import log_references
+
+    records = _records(args.registry, args.sweep, args.profile)
+    if not records:
+        raise UsageError("no records match" + (f" --sweep {args.sweep}" if args.sweep else "")
+                         + (f" --profile {args.profile}" if args.profile else "") + "; see repro registry list")  # fmt: skip
+    for line in log_references(records, project=args.project, root=Path(args.root)):
+        print(line, file=out)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    p = argparse.ArgumentParser(prog="repro registry", description="The results registry (results/): one record per finished sweep run.",
+                                allow_abbrev=False)  # fmt: skip
+    p.add_argument("--registry", type=Path, default=REGISTRY_DIR, help="the registry folder (default: the repository's results/)")
+    sub = p.add_subparsers(dest="command", required=True)
+    a = sub.add_parser("add", help="record the finished sweep runs under each PATH", allow_abbrev=False)
+    a.add_argument("path", nargs="+", help="a run directory, an experiment directory, or runs/")
+    a.add_argument("--allow-changed", action="store_true",
+                   help="record runs whose config differs from the sweep file's (the differences become the record's overrides)")
+    a.add_argument("--dry-run", action="store_true", help="say what would be added; write nothing")
+    for name, text in (("list", "what is recorded, per sweep, profile and variant"), ("wandb", "log the records as W&B runs")):
+        s = sub.add_parser(name, help=text, allow_abbrev=False)
+        s.add_argument("--sweep", default=None, help="only this sweep (vit/position)")
+        s.add_argument("--profile", default=None, help="only this profile")
+        if name == "wandb":
+            s.add_argument("--project", default="attention-repro", help="W&B project")
+            s.add_argument("--root", default="runs", help="where the offline W&B files go: <root>/registry/... (default runs)")
+    c = sub.add_parser("check", help="validate every record", allow_abbrev=False)
+    c.add_argument("--definitions", action="store_true", help="also check each record's sweep definition is unchanged (slower)")
+    t = sub.add_parser("tables", help="regenerate the README tables from the registry", allow_abbrev=False)
+    t.add_argument("--check", action="store_true", help="change nothing; exit 1 if a generated table is out of date")
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    commands = {"add": cmd_add, "list": cmd_list, "check": cmd_check, "tables": cmd_tables, "wandb": cmd_wandb}
+    try:
+        return commands[args.command](args, out)
+    except RecordError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,464 @@
+"""The results registry: one compact record per finished run of a sweep profile, kept in the
+repository (``results/``), read by everything that shows results (reports, the claims page, the
+README tables) beside any local runs.
+
+A record is a few KB of JSON at ``results/<paper>/<sweep>/<profile>/<variant>/seed<k>-<id>.json``:
+
+- who it is: ``sweep`` (``vit/patch_size``), ``profile``, ``variant``, ``seed``, ``experiment``
+  and ``id``, the run's identity (a digest of its experiment, variant, seed, config digest, host,
+  hardware and finish time: the same run added twice has the same id, so it is refused);
+- what ran: ``config_digest`` (sha256 of the run's resolved ``config.yaml``, leaving out what names
+  the run or where its files lie: ``run``, ``config`` and ``LOCATION_KEYS``),
+  ``definition_digest`` (the same digest of the config the sweep file defines for this variant and
+  seed when the record was added) and ``overrides`` (every dotted key where the run's config
+  differs from that definition: ``{key: {"run": value, "definition": value}}``; empty for a run
+  made by ``repro sweep`` from the sweep file as it is);
+- what it measured, at the same paths as ``results.json`` so every reader works on both:
+  ``test``, ``test_ckpt``, ``final``, ``best`` (monitor, score), ``model`` (params, FLOPs per
+  sample), ``training`` (epochs, steps, batch, samples seen, total FLOPs, fit time, throughput),
+  ``data`` (the DataModule's description), and ``curve``: every validation of the fit
+  (``columns``: step, epoch, ``time/fit_elapsed_s`` and the validation metrics; ``rows``);
+  ``attention_distance``: the mean attention distance per layer and head when the fit measured
+  it (a ViT);
+- where: ``hardware``, ``versions``, ``git`` (commit, dirty), ``host``, ``finished_at``,
+  ``reused_from`` (the experiment of a run copied by ``--reuse``).
+
+No local path is kept: absolute paths in the run's description (a cache folder, a data folder)
+are cut to their last component, and the run directory, checkpoint paths and command line are
+left out (the overrides say how the run differed from the sweep file).
+
+``SCHEMA`` is the record's version; ``validate`` checks a record on every read and raises
+``RecordError`` with one line naming the file and the field. Layer: beside ``collect`` (imports
+spec, plan and results; reuse for the config digest).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reproductions.results import RESULTS_FILE, results_state
+from reproductions.sweeping.spec import REPO_ROOT, SweepError, profiles_by_sweep
+from utils.atomic import atomic_write_json
+
+SCHEMA = 1
+#: the registry of the repository
+REGISTRY_DIR = REPO_ROOT / "results"
+RECORD_SUFFIX = ".json"
+#: resolved-config keys that say where files lie or how a run reports progress, not what it
+#: computes: left out of the digests and the overrides
+LOCATION_KEYS = (
+    "data.init_args.data_dir", "data.init_args.cache_dir", "data.init_args.prepared", "data.init_args.num_workers",
+    "data.init_args.prepare_workers", "data.init_args.persistent_workers", "data.init_args.pin_memory",
+    "trainer.enable_progress_bar", "trainer.enable_model_summary", "trainer.default_root_dir",
+    "trainer.log_every_n_steps",
+)  # fmt: skip
+#: the profile whose runs are for tests only: never a result
+SMOKE_PROFILE = "smoke"
+_CURVE_FIXED = ("step", "epoch", "time/fit_elapsed_s")
+_DISTANCE_FILE = Path("analysis") / "attention_distance.json"
+
+
+class RecordError(ValueError):
+    """A record that is not valid, or a run that cannot be recorded; one line, naming the file."""
+
+
+# --------------------------------------------------------------------------- configs and digests
+
+
+def flatten(config: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested config as ``{dotted.key: leaf value}`` (lists are leaves)."""
+    if not isinstance(config, dict):
+        return {prefix: config}
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        name = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, name))
+        else:
+            out[name] = value
+    return out
+
+
+def computed_part(config: dict[str, Any]) -> dict[str, Any]:
+    """The flattened keys of a resolved config that say what a run computes (no ``run``,
+    ``config`` or ``LOCATION_KEYS``)."""
+    return {k: v for k, v in flatten(config).items()
+            if k.split(".", 1)[0] not in ("run", "config") and k not in LOCATION_KEYS}  # fmt: skip
+
+
+def config_digest(config: dict[str, Any]) -> str:
+    text = json.dumps(computed_part(config), sort_keys=True, default=str)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def config_differences(run: dict[str, Any], definition: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every computed key whose value differs between a run's config and the definition's."""
+    a, b = computed_part(run), computed_part(definition)
+    return {k: {"run": a.get(k), "definition": b.get(k)} for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+
+
+def definition_config(sweep_id: str, profile: str, variant: str, seed: int) -> dict[str, Any]:
+    """The resolved config the sweep file defines now for one variant and seed (no run is made)."""
+    from reproductions.sweeping.plan import make_plan
+    from reproductions.sweeping.reuse import load_config, resolve_config
+
+    plan = make_plan(sweep_id, profile, seeds=None)
+    runs = [r for r in plan.runs if r.variant.name == variant]
+    if not runs:
+        raise RecordError(f"{sweep_id} profile {profile}: no variant {variant!r}; variants: {[v.name for v in plan.variants]}")
+    args = list(runs[0].args)
+    args[args.index("--seed_everything") + 1] = str(seed)
+    config = load_config(resolve_config(args))
+    if config is None:  # pragma: no cover - the CLI always dumps a mapping
+        raise RecordError(f"{sweep_id} profile {profile} variant {variant}: the sweep's config does not resolve")
+    return config
+
+
+# --------------------------------------------------------------------------- schema
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _metrics(v: Any) -> bool:
+    return isinstance(v, dict) and all(isinstance(k, str) and (v[k] is None or _number(v[k])) for k in v)
+
+
+def _curve(v: Any) -> bool:
+    if not isinstance(v, dict) or not isinstance(v.get("columns"), list) or not isinstance(v.get("rows"), list):
+        return False
+    width = len(v["columns"])
+    return all(isinstance(c, str) for c in v["columns"]) and all(
+        isinstance(row, list) and len(row) == width and all(x is None or _number(x) for x in row) for row in v["rows"])
+
+
+#: field -> (check, what it must be); fields marked optional may be absent
+FIELDS: dict[str, tuple[Any, str, bool]] = {
+    "schema": (lambda v: v == SCHEMA, f"the number {SCHEMA}", True),
+    "id": (lambda v: isinstance(v, str) and re.fullmatch(r"[0-9a-f]{12}", v) is not None, "12 hex digits", True),
+    "sweep": (lambda v: isinstance(v, str) and "/" in v, "a sweep id such as vit/position", True),
+    "profile": (lambda v: isinstance(v, str) and bool(v), "a profile name", True),
+    "variant": (lambda v: isinstance(v, str) and bool(v), "a variant name", True),
+    "seed": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a seed (integer >= 0)", True),
+    "experiment": (lambda v: isinstance(v, str) and bool(v), "the experiment name", True),
+    "config_digest": (lambda v: isinstance(v, str) and v.startswith("sha256:"), "sha256:<hex>", True),
+    "definition_digest": (lambda v: isinstance(v, str) and v.startswith("sha256:"), "sha256:<hex>", True),
+    "overrides": (lambda v: isinstance(v, dict) and all(isinstance(x, dict) and set(x) == {"run", "definition"} for x in v.values()),
+                  'an object {key: {"run": value, "definition": value}}', True),
+    "test": (_metrics, "an object of metric -> number", True),
+    "test_ckpt": (lambda v: v is None or isinstance(v, str), "final, best or null", True),
+    "final": (_metrics, "an object of metric -> number", True),
+    "best": (lambda v: isinstance(v, dict) and (v.get("score") is None or _number(v.get("score"))), "an object with a numeric score", True),
+    "model": (lambda v: isinstance(v, dict), "an object (params, flops_per_sample)", True),
+    "training": (lambda v: isinstance(v, dict) and _number(v.get("fit_time_s")), "an object with a numeric fit_time_s", True),
+    "data": (lambda v: isinstance(v, dict), "an object (the data's description)", True),
+    "curve": (_curve, "an object {columns: [names], rows: [[numbers or null] of that width]}", True),
+    "hardware": (lambda v: isinstance(v, dict) and isinstance(v.get("device"), str), "an object with a device", True),
+    "versions": (lambda v: isinstance(v, dict), "an object of package -> version", True),
+    "git": (lambda v: isinstance(v, dict), "an object (commit, dirty)", True),
+    "host": (lambda v: v is None or isinstance(v, str), "a host name or null", True),
+    "finished_at": (lambda v: isinstance(v, str) and bool(v), "an ISO time", True),
+    "attention_distance": (lambda v: isinstance(v, dict) and isinstance(v.get("attention_distance"), list),
+                           "the run's analysis/attention_distance.json (an object with an attention_distance list)", False),
+    "reused_from": (lambda v: v is None or isinstance(v, str), "an experiment name or null", False),
+}  # fmt: skip
+
+
+def validate(data: Any, where: str | os.PathLike) -> dict[str, Any]:
+    """``data`` if it is a valid record, else ``RecordError`` naming ``where`` and the field."""
+    if not isinstance(data, dict):
+        raise RecordError(f"{where}: not a results record (a JSON object); delete it or add the run again")
+    if data.get("schema") != SCHEMA and isinstance(data.get("schema"), int):
+        raise RecordError(f"{where}: field 'schema' is {data['schema']}, this code reads schema {SCHEMA}; "
+                          "update the repository or add the run again with this version")  # fmt: skip
+    for name, (check, what, required) in FIELDS.items():
+        if name not in data:
+            if required:
+                raise RecordError(f"{where}: field {name!r} is missing (schema {SCHEMA}: {what}); add the run again")
+            continue
+        if not check(data[name]):
+            shown = json.dumps(data[name])[:80]
+            raise RecordError(f"{where}: field {name!r} is {shown}, not {what} (schema {SCHEMA}); fix it or add the run again")
+    unknown = sorted(set(data) - set(FIELDS))
+    if unknown:
+        raise RecordError(f"{where}: unknown field {unknown[0]!r} (schema {SCHEMA} has {', '.join(FIELDS)}); remove it")
+    return data
+
+
+@dataclass(frozen=True)
+class Record:
+    path: Path
+    data: dict[str, Any]
+
+    @property
+    def key(self) -> tuple[str, str, str, int]:
+        d = self.data
+        return d["sweep"], d["profile"], d["variant"], d["seed"]
+
+    def results(self) -> dict[str, Any]:
+        """The record as the readers of results.json see it (``source``: ``registry``)."""
+        return {"status": "finished", **self.data, "source": "registry", "record": str(self.path)}
+
+
+def read_record(path: str | os.PathLike) -> Record:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except OSError as e:
+        raise RecordError(f"{path}: cannot be read ({e.strerror or e}); check the file") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise RecordError(f"{path}: not valid JSON ({e}); restore it from git or add the run again") from None
+    return Record(path, validate(data, _shown(path)))
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
+
+
+def record_files(registry: str | os.PathLike = REGISTRY_DIR) -> list[Path]:
+    root = Path(registry)
+    return sorted(p for p in root.rglob("*" + RECORD_SUFFIX) if p.is_file()) if root.is_dir() else []
+
+
+def read_registry(registry: str | os.PathLike = REGISTRY_DIR) -> list[Record]:
+    """Every record under ``registry``, each validated (the first bad one raises ``RecordError``)."""
+    return [read_record(p) for p in record_files(registry)]
+
+
+def records_of(sweep_id: str, profile: str, registry: str | os.PathLike = REGISTRY_DIR) -> list[Record]:
+    folder = Path(registry) / sweep_id / profile
+    return [r for r in read_registry(folder) if r.data["sweep"] == sweep_id and r.data["profile"] == profile]
+
+
+def record_path(registry: str | os.PathLike, data: dict[str, Any]) -> Path:
+    return Path(registry) / data["sweep"] / data["profile"] / data["variant"] / f"seed{data['seed']}-{data['id']}{RECORD_SUFFIX}"
+
+
+# --------------------------------------------------------------------------- making a record
+
+
+def run_id(results: dict[str, Any], digest: str) -> str:
+    parts = [results.get("experiment"), results.get("variant"), results.get("seed"), digest, results.get("host"),
+             results.get("hardware"), results.get("finished_at")]  # fmt: skip
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+def _scrub(value: Any) -> Any:
+    """Absolute paths cut to their last component (no local path goes into the repository)."""
+    if isinstance(value, dict):
+        return {k: _scrub(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub(v) for v in value]
+    if isinstance(value, str) and os.path.isabs(value) and len(value) > 1:
+        return ".../" + Path(value).name
+    return value
+
+
+def _finite(value: Any) -> Any:
+    return value if not isinstance(value, float) or math.isfinite(value) else None
+
+
+def read_curve(metrics_csv: Path) -> dict[str, Any]:
+    """Every validation row of a run's metrics.csv: step, epoch, fit time and the ``val/`` metrics."""
+    import csv
+
+    columns: list[str] = list(_CURVE_FIXED)
+    rows: list[dict[str, float]] = []
+    if metrics_csv.is_file():
+        with open(metrics_csv, newline="") as f:
+            reader = csv.DictReader(f)
+            val = sorted(k for k in (reader.fieldnames or []) if k.startswith("val/"))
+            columns += val
+            for row in reader:
+                if not any(row.get(k) not in (None, "") for k in val):
+                    continue
+                values = {}
+                for k in columns:
+                    try:
+                        values[k] = _finite(float(row[k])) if row.get(k) not in (None, "") else None
+                    except ValueError:
+                        values[k] = None
+                rows.append(values)
+    used = [c for c in columns if c in _CURVE_FIXED or any(r.get(c) is not None for r in rows)]
+    return {"columns": used, "rows": [[r.get(c) for c in used] for r in rows]}
+
+
+def _distance(run_dir: Path) -> dict[str, Any] | None:
+    """The run's ``analysis/attention_distance.json`` without its figure paths, or None."""
+    try:
+        data = json.loads((run_dir / _DISTANCE_FILE).read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("attention_distance"), list):
+        return None
+    return {k: v for k, v in data.items() if k != "figures"}
+
+
+def make_record(run_dir: Path, results: dict[str, Any], config: dict[str, Any], sweep_id: str, profile: str,
+                definition: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    """The registry record of a finished run (see the module docstring)."""
+    digest = config_digest(config)
+    best = results.get("best") or {}
+    record: dict[str, Any] = {
+        "schema": SCHEMA,
+        "id": run_id(results, digest),
+        "sweep": sweep_id,
+        "profile": profile,
+        "variant": results["variant"],
+        "seed": int(results["seed"]),
+        "experiment": results["experiment"],
+        "config_digest": digest,
+        "definition_digest": config_digest(definition),
+        "overrides": _scrub(config_differences(config, definition)),
+        "test": {k: _finite(v) for k, v in (results.get("test") or {}).items()},
+        "test_ckpt": results.get("test_ckpt"),
+        "final": {k: _finite(v) for k, v in (results.get("final") or {}).items()},
+        "best": {"monitor": best.get("monitor"), "score": _finite(best.get("score"))},
+        "model": results.get("model") or {},
+        "training": results.get("training") or {},
+        "data": _scrub(results.get("data") or {}),
+        "curve": read_curve(run_dir / "metrics.csv"),
+        "hardware": results.get("hardware") or {"device": "unknown"},
+        "versions": results.get("versions") or {},
+        "git": {k: v for k, v in (results.get("git") or {}).items() if k in ("commit", "dirty")},
+        "host": results.get("host"),
+        "finished_at": str(results.get("finished_at") or ""),
+    }
+    distance = _distance(run_dir)
+    if distance is not None:
+        record["attention_distance"] = distance
+    if results.get("reused_from"):
+        reused = results["reused_from"]
+        record["reused_from"] = str(reused.get("experiment") if isinstance(reused, dict) else Path(str(reused)).parent.parent.name)
+    return validate(record, run_dir / RESULTS_FILE)
+
+
+# --------------------------------------------------------------------------- adding runs
+
+
+def sweep_of_experiment(experiment: str) -> tuple[str, str] | None:
+    """``vit/position-cpu`` -> (``vit/position``, ``cpu``): the sweep and profile whose default
+    experiment name it is, or None."""
+    for sweep_id, profiles in profiles_by_sweep().items():
+        for profile in profiles:
+            if experiment == f"{sweep_id}-{profile}":
+                return sweep_id, profile
+    return None
+
+
+def run_dirs(path: str | os.PathLike) -> list[Path]:
+    """The run directories under ``path`` (``seed<k>`` folders with a results.json or a
+    config.yaml; ``path`` itself if it is one), in path order."""
+    path = Path(path)
+    found = set()
+    for marker in (RESULTS_FILE, "config.yaml"):
+        found.update(p.parent for p in path.rglob(marker) if p.parent.name.startswith("seed"))
+    if path.name.startswith("seed") and ((path / RESULTS_FILE).exists() or (path / "config.yaml").exists()):
+        found.add(path)
+    return sorted(found)
+
+
+@dataclass
+class Outcome:
+    run_dir: Path
+    added: Path | None = None  # the record written
+    refused: str | None = None  # why not
+
+
+def add_runs(path: str | os.PathLike, registry: str | os.PathLike = REGISTRY_DIR, *, allow_changed: bool = False,
+             dry_run: bool = False) -> list[Outcome]:  # fmt: skip
+    """Record every finished sweep run under ``path`` (see ``add_run``); one outcome per run directory."""
+    existing = {r.data["id"]: r.path for r in read_registry(registry)}
+    definitions: dict[tuple[str, str, str, int], dict[str, Any]] = {}
+    return [add_run(d, registry, existing, definitions, allow_changed=allow_changed, dry_run=dry_run) for d in run_dirs(path)]
+
+
+def add_run(run_dir: Path, registry: str | os.PathLike, existing: dict[str, Path], definitions: dict, *,
+            allow_changed: bool = False, dry_run: bool = False) -> Outcome:  # fmt: skip
+    """Record one run, or say why not: not finished (failed, interrupted, still running, a corrupt
+    results.json), not a sweep profile's run, a smoke run, a variant the sweep no longer has, a
+    config that differs from what the sweep file defines now (unless ``allow_changed``: the
+    differences go into ``overrides``), or already in the registry."""
+    out = Outcome(run_dir)
+    state, results = results_state(run_dir)
+    if state != "finished" or results is None:
+        why = {"missing": "no results.json (unfinished or still running)", "corrupt": "its results.json is corrupt"}
+        out.refused = f"not finished: {why.get(state, f'status {state}')}"
+        return out
+    experiment = str(results.get("experiment"))
+    found = sweep_of_experiment(experiment)
+    if found is None:
+        out.refused = f"experiment {experiment!r} is not a sweep profile's (<sweep>-<profile>, as repro sweep names it)"
+        return out
+    sweep_id, profile = found
+    if profile == SMOKE_PROFILE:
+        out.refused = f"a {SMOKE_PROFILE!r} run (seconds, for tests): not a result"
+        return out
+    try:
+        text = (run_dir / "config.yaml").read_text()
+    except OSError:
+        out.refused = "no config.yaml: the run's resolved config is needed for its digest"
+        return out
+    from reproductions.sweeping.reuse import load_config
+
+    config = load_config(text)
+    if config is None:
+        out.refused = "its config.yaml does not parse"
+        return out
+    key = (sweep_id, profile, str(results.get("variant")), int(results.get("seed", 0)))
+    try:
+        if key not in definitions:
+            definitions[key] = definition_config(*key)
+    except (RecordError, SweepError) as e:
+        out.refused = str(e)
+        return out
+    diffs = config_differences(config, definitions[key])
+    if diffs and not allow_changed:
+        shown = "; ".join(f"{k}: {d['run']!r} in the run, {d['definition']!r} in the sweep file" for k, d in list(diffs.items())[:6])
+        more = f" (and {len(diffs) - 6} more)" if len(diffs) > 6 else ""
+        out.refused = (f"its config differs from what {sweep_id} profile {profile} defines now: {shown}{more}; rerun it, "
+                       "or add it with --allow-changed to record the differences as overrides")  # fmt: skip
+        return out
+    record = make_record(run_dir, results, config, sweep_id, profile, definitions[key])
+    if record["id"] in existing:
+        out.refused = f"already in the registry: {_shown(existing[record['id']])}"
+        return out
+    target = record_path(registry, record)
+    if not dry_run:
+        atomic_write_json(target, record)
+    existing[record["id"]] = target
+    out.added = target
+    return out
+
+
+def stale_records(records: Iterable[Record]) -> Iterator[tuple[Record, str]]:
+    """Records whose sweep definition changed since they were added (the sweep file now defines
+    another config for their variant and seed), with what changed; a variant or profile the
+    sweep no longer has, too."""
+    cache: dict[tuple, str | Exception] = {}
+    for rec in records:
+        if rec.data["profile"] == SMOKE_PROFILE:
+            continue
+        key = rec.key
+        if key not in cache:
+            try:
+                cache[key] = config_digest(definition_config(*key))
+            except (RecordError, SweepError) as e:
+                cache[key] = e
+        now = cache[key]
+        if isinstance(now, Exception):
+            yield rec, str(now)
+        elif now != rec.data["definition_digest"]:
+            yield rec, f"the sweep file's config for {rec.data['variant']} seed {rec.data['seed']} changed since it was added"

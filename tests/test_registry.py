@@ -1,0 +1,232 @@
+"""The results registry (reproductions/sweeping/records.py, ``repro registry``): records made from
+real and hand-made runs, round trips, refusals (unfinished, failed, smoke, foreign, changed
+definition, duplicates), schema errors naming the file and the field, stale definitions, the
+reference beside a rerun, and the committed registry against the committed pages."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from reproductions.claims import main as claims_main
+from reproductions.registry import main as registry_main
+from reproductions.results import RESULTS_FILE, atomic_write_json, read_results
+from reproductions.sweeping.plan import make_plan
+from reproductions.sweeping.records import (
+    REGISTRY_DIR,
+    RecordError,
+    add_runs,
+    config_digest,
+    definition_config,
+    make_record,
+    read_record,
+    read_registry,
+    record_path,
+    stale_records,
+)
+from reproductions.sweeping.report import render
+from tests.report_helpers import result
+
+REPO = Path(__file__).resolve().parents[1]
+CPU = {"device": "cpu", "cpu": "Test CPU 9000 (family 25, model 1)", "cpu_capability": "AVX2"}
+OTHER_CPU = {"device": "cpu", "cpu": "Other CPU (family 6, model 2)", "cpu_capability": "AVX512"}
+TINY = ["--trainer.max_epochs", "2", "--trainer.limit_train_batches", "3", "--trainer.limit_val_batches", "2",
+        "--trainer.limit_test_batches", "2", "--model.net.init_args.depth", "1", "--run.attention_analysis", "false"]  # fmt: skip
+
+
+def finished(variant: str, seed: int, acc: float, experiment: str, hardware=CPU, at="2026-12-01T10:00:00+00:00") -> dict:
+    return {**result(variant, seed, acc, experiment=experiment), "hardware": hardware, "finished_at": at,
+            "best": {"monitor": "val/acc", "score": acc, "path": "/somewhere/best.ckpt"}, "final": {"val/acc": acc}}  # fmt: skip
+
+
+def put_record(registry: Path, sweep: str, profile: str, variant: str, seed: int, acc: float, **kw) -> Path:
+    """A valid record made by the real code from a hand-made results.json (no config, no curve)."""
+    res = finished(variant, seed, acc, f"{sweep}-{profile}", **kw)
+    rec = make_record(registry, res, {"seed_everything": seed}, sweep, profile, {"seed_everything": seed})
+    path = record_path(registry, rec)
+    atomic_write_json(path, rec)
+    return path
+
+
+def fake_run(root: Path, sweep: str, profile: str, variant: str, seed: int, *, status="finished", config=None) -> Path:
+    """A run directory whose config.yaml is what the sweep file defines now (or ``config``)."""
+    run_dir = root / f"{sweep}-{profile}" / variant / f"seed{seed}"
+    run_dir.mkdir(parents=True)
+    cfg = config if config is not None else definition_config(sweep, profile, variant, seed)
+    (run_dir / "config.yaml").write_text(json.dumps(cfg))  # JSON is YAML
+    res = {**finished(variant, seed, 0.9, f"{sweep}-{profile}"), "status": status}
+    (run_dir / RESULTS_FILE).write_text(json.dumps(res))
+    (run_dir / "metrics.csv").write_text("epoch,step,time/fit_elapsed_s,train/loss,val/acc,val/loss\n"
+                                         "0,9,,0.9,,\n0,9,1.5,,0.5,1.2\n1,19,3.0,,0.8,0.7\n")  # fmt: skip
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def patch4_cpu():
+    return definition_config("vit/patch_size", "cpu", "patch_size=4", 0)
+
+
+def test_a_real_run_whose_config_differs_is_refused_then_recorded_with_its_overrides(tmp_path, capsys):
+    """A fit of vit/patch_size's cpu profile made shorter by extra overrides: refused by default
+    (naming the keys), recorded with --allow-changed, its numbers, curve and overrides kept."""
+    from reproductions.cli import main as cli_main
+
+    plan = make_plan("vit/patch_size", "cpu", seeds=1, root=tmp_path / "runs")
+    run = next(r for r in plan.runs if r.variant.name == "patch_size=4")
+    cli_main([*run.args, *TINY])
+    registry = tmp_path / "results"
+    assert registry_main(["--registry", str(registry), "add", str(tmp_path / "runs")]) == 1
+    out = capsys.readouterr().out
+    assert "refused" in out and "differs from what vit/patch_size profile cpu defines now" in out
+    assert "trainer.max_epochs: 2 in the run, 40 in the sweep file" in out and "--allow-changed" in out
+    assert registry_main(["--registry", str(registry), "add", "--allow-changed", str(tmp_path / "runs")]) == 0
+    (path,) = registry.rglob("*.json")
+    rec = read_record(path).data
+    res = read_results(run.run_dir)
+    assert path.relative_to(registry).parts[:4] == ("vit", "patch_size", "cpu", "patch_size=4")
+    assert rec["test"] == res["test"] and rec["final"] == res["final"] and rec["best"]["score"] == res["best"]["score"]
+    assert rec["training"] == res["training"] and rec["model"] == res["model"] and rec["hardware"] == res["hardware"]
+    assert rec["overrides"]["trainer.max_epochs"] == {"run": 2, "definition": 40}
+    assert rec["overrides"]["model.init_args.net.init_args.depth"] == {"run": 1, "definition": 4}
+    assert "trainer.limit_train_batches" in rec["overrides"] and "data.init_args.data_dir" not in rec["overrides"]
+    cols, rows = rec["curve"]["columns"], rec["curve"]["rows"]
+    assert cols[:3] == ["step", "epoch", "time/fit_elapsed_s"] and "val/acc" in cols and len(rows) == 2  # one per epoch
+    assert rows[-1][cols.index("val/acc")] == pytest.approx(res["final"]["val/acc"])
+    assert path.stat().st_size < 8000 and str(tmp_path) not in path.read_text()  # compact; no local path
+    # the same run again: skipped, not written twice
+    assert registry_main(["--registry", str(registry), "add", "--allow-changed", str(run.run_dir)]) == 0
+    assert "already in the registry" in capsys.readouterr().out and len(list(registry.rglob("*.json"))) == 1
+
+
+def test_finished_runs_of_the_definition_are_added_and_the_rest_refused_one_line_each(tmp_path, patch4_cpu):
+    runs, registry = tmp_path / "runs", tmp_path / "results"
+    good = fake_run(runs, "vit/patch_size", "cpu", "patch_size=4", 0, config=patch4_cpu)
+    fake_run(runs, "vit/patch_size", "cpu", "patch_size=4", 1, status="failed", config=patch4_cpu)
+    unfinished = runs / "vit/patch_size-cpu" / "patch_size=2" / "seed0"
+    unfinished.mkdir(parents=True)
+    (unfinished / "config.yaml").write_text("seed_everything: 0\n")
+    corrupt = fake_run(runs, "vit/patch_size", "cpu", "patch_size=1", 0, config={})
+    (corrupt / RESULTS_FILE).write_text('{"status": "finish')
+    fake_run(runs, "vit/patch_size", "smoke", "patch_size=4", 0, config={})
+    fake_run(runs, "mine", "x", "a", 0, config={})
+    outcomes = {o.run_dir: o for o in add_runs(runs, registry)}
+    assert outcomes[good].added is not None and len(list(registry.rglob("*.json"))) == 1
+    why = {str(d.relative_to(runs)): o.refused for d, o in outcomes.items() if o.refused}
+    assert why == {
+        "vit/patch_size-cpu/patch_size=4/seed1": "not finished: status failed",
+        "vit/patch_size-cpu/patch_size=2/seed0": "not finished: no results.json (unfinished or still running)",
+        "vit/patch_size-cpu/patch_size=1/seed0": "not finished: its results.json is corrupt",
+        "vit/patch_size-smoke/patch_size=4/seed0": "a 'smoke' run (seconds, for tests): not a result",
+        "mine-x/a/seed0": "experiment 'mine-x' is not a sweep profile's (<sweep>-<profile>, as repro sweep names it)",
+    }
+    rec = read_record(outcomes[good].added).data
+    assert rec["overrides"] == {} and rec["config_digest"] == rec["definition_digest"] == config_digest(patch4_cpu)
+    assert rec["curve"]["rows"] == [[9.0, 0.0, 1.5, 0.5, 1.2], [19.0, 1.0, 3.0, 0.8, 0.7]]
+    assert rec["best"] == {"monitor": "val/acc", "score": 0.9}  # the checkpoint's path is not kept
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("schema", 99, "field 'schema' is 99, this code reads schema 1"),
+    ("seed", -1, "field 'seed' is -1, not a seed (integer >= 0)"),
+    ("test", {"test/acc": "high"}, "field 'test' is {\"test/acc\": \"high\"}, not an object of metric -> number"),
+    ("curve", {"columns": ["step"], "rows": [[1, 2]]}, "field 'curve'"),
+    ("hardware", None, "field 'hardware' is null, not an object with a device"),
+    ("colour", "red", "unknown field 'colour'"),
+    ("variant", ..., "field 'variant' is missing"),
+])  # fmt: skip
+def test_a_bad_record_is_one_error_line_naming_the_file_and_the_field(tmp_path, capsys, field, value, message):
+    path = put_record(tmp_path, "vit/pooling", "cpu", "pool=cls,lr=0.002", 0, 0.95)
+    data = json.loads(path.read_text())
+    if value is ...:
+        del data[field]
+    else:
+        data[field] = value
+    path.write_text(json.dumps(data))
+    with pytest.raises(RecordError, match=re.escape(message)):
+        read_registry(tmp_path)
+    assert registry_main(["--registry", str(tmp_path), "check"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {path}: ") and message in err[0]
+    path.write_text("{not json")
+    with pytest.raises(RecordError, match="not valid JSON"):
+        read_record(path)
+
+
+def test_a_record_round_trips_and_reads_as_results(tmp_path):
+    path = put_record(tmp_path, "vit/pooling", "cpu", "pool=gap,lr=0.002", 2, 0.9573)
+    rec = read_record(path)
+    again = copy.deepcopy(rec.data)
+    assert json.loads(path.read_text()) == again and rec.key == ("vit/pooling", "cpu", "pool=gap,lr=0.002", 2)
+    res = rec.results()
+    assert res["status"] == "finished" and res["source"] == "registry" and res["test"]["test/acc"] == 0.9573
+    assert res["training"]["fit_time_s"] == 30.0 and res["hardware"] == CPU
+
+
+def test_a_record_whose_sweep_definition_changed_is_stale(tmp_path, patch4_cpu):
+    runs, registry = tmp_path / "runs", tmp_path / "results"
+    fake_run(runs, "vit/patch_size", "cpu", "patch_size=4", 0, config=patch4_cpu)
+    (added,) = [o.added for o in add_runs(runs, registry)]
+    assert list(stale_records(read_registry(registry))) == []
+    data = json.loads(added.read_text())
+    data["definition_digest"] = "sha256:" + "0" * 64  # as if the sweep file had since changed
+    added.write_text(json.dumps(data))
+    ((rec, why),) = stale_records(read_registry(registry))
+    assert rec.path == added and "changed since it was added" in why
+
+
+def test_a_rerun_beside_the_reference_reproduced_differs_and_exact(tmp_path):
+    """Three variants of vit/pooling's cpu profile in a registry, a user's runs of them: one within
+    the noise, one 10 standard errors lower, one the same seeds on the same hardware (exact)."""
+    registry, root = tmp_path / "results", tmp_path / "runs"
+    ref = {"pool=cls,lr=0.0005": [0.86, 0.87, 0.88], "pool=cls,lr=0.002": [0.95, 0.96, 0.97], "pool=cls,lr=0.008": [0.95, 0.955, 0.96]}
+    for variant, accs in ref.items():
+        for seed, acc in enumerate(accs):
+            put_record(registry, "vit/pooling", "cpu", variant, seed, acc, hardware=OTHER_CPU if variant != "pool=cls,lr=0.008" else CPU)
+    mine = {"pool=cls,lr=0.0005": [0.875, 0.865], "pool=cls,lr=0.002": [0.86, 0.861], "pool=cls,lr=0.008": [0.95, 0.955, 0.96]}
+    for variant, accs in mine.items():
+        for seed, acc in enumerate(accs):
+            res = finished(variant, seed, acc, "vit/pooling-cpu", at=f"2026-12-02T0{seed}:00:00+00:00")
+            atomic_write_json(root / "vit/pooling-cpu" / variant / f"seed{seed}" / RESULTS_FILE, res)
+    report = render(make_plan("vit/pooling", "cpu", root=root), tmp_path / "fig", registry=registry)
+    header, rows = report.reference
+    by = {row[0]: dict(zip(header, row)) for row in rows}
+    assert by["pool=cls,lr=0.0005"]["verdict"].startswith("reproduced (within the reference's noise")
+    assert by["pool=cls,lr=0.0005"]["reference: test acc. (%)"] == "87.00 ± 1.00" and by["pool=cls,lr=0.0005"]["ref. n"] == "3"
+    # 86.05 vs 96.00: -9.95 points, s.e. sqrt(1/3 + 0.0707^2/2) = 0.580: 17.2 s.e.
+    assert by["pool=cls,lr=0.002"]["yours - reference"] == "-9.95 ± 0.58"
+    assert by["pool=cls,lr=0.002"]["verdict"] == "differs by 17.2 s.e. (lower)"
+    assert by["pool=cls,lr=0.008"]["verdict"] == "reproduced exactly (same hardware, same seeds)"
+    assert "Other CPU" in by["pool=cls,lr=0.002"]["reference hardware"]
+    for variant in [v for v in by if v.startswith("pool=gap")]:
+        assert by[variant]["verdict"] == "no reference record"
+    assert "## Beside the reference" in report.markdown and report.source == "local"
+    # no runs of the user's: the report is the reference's own, said so
+    alone = render(make_plan("vit/pooling", "cpu", root=tmp_path / "empty"), tmp_path / "fig2", registry=registry)
+    assert alone.source == "registry" and alone.reference is None
+    assert "No runs of yours under" in alone.markdown and "this is the reference, the 9 records" in alone.markdown
+
+
+# --------------------------------------------------------------------------- the committed registry
+
+
+def test_every_committed_record_is_valid_and_matches_its_sweep_file():
+    records = read_registry(REGISTRY_DIR)
+    assert all(r.path == record_path(REGISTRY_DIR, r.data) for r in records)  # each where its identity says
+    assert [f"{r.path}: {why}" for r, why in stale_records(records)] == []
+
+
+def test_the_committed_claims_page_is_the_registrys_page(tmp_path, capsys, monkeypatch):
+    """docs/claims.md and its figures are what `repro claims --no-local` makes from results/ alone
+    (run from an empty directory: no local runs can leak in)."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["--no-local", "--check", "--out", str(REPO / "docs/claims.md"), "--figures", str(REPO / "docs/figures/claims")]
+    code = claims_main(argv)
+    assert code == 0, capsys.readouterr().out
+
+
+def test_the_readme_tables_are_the_registrys(capsys):
+    assert registry_main(["tables", "--check"]) == 0, capsys.readouterr().out
