@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TextIO
 
 from reproductions.errors import UsageError
-from reproductions.sweeping.records import REGISTRY_DIR, RecordError, add_runs, read_registry, stale_records
+from reproductions.sweeping.records import REGISTRY_DIR, RecordError, shown_path, add_runs, read_registry, stale_records
 
 
 def _records(registry: Path, sweep: str | None, profile: str | None):
@@ -43,7 +43,7 @@ def cmd_add(args: argparse.Namespace, out: TextIO) -> int:
         for o in outcomes:
             if o.added is not None:
                 added += 1
-                print(f"{'would add' if args.dry_run else 'added'} {o.added}  <- {o.run_dir}", file=out)
+                print(f"{'would add' if args.dry_run else 'added'} {shown_path(o.added)}  <- {o.run_dir}", file=out)
             elif o.refused and o.refused.startswith("already in the registry"):
                 duplicates += 1
                 print(f"skipped {o.run_dir}: {o.refused}", file=out)
@@ -87,7 +87,7 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_tables(args: argparse.Namespace, out: TextIO) -> int:
-    from reproductions.sweeping.registry_docs import update_docs
+    from reproductions.sweeping.readme_tables import update_docs
 
     changed = update_docs(args.registry, check=args.check)
     for path in changed:

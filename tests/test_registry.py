@@ -230,3 +230,33 @@ def test_the_committed_claims_page_is_the_registrys_page(tmp_path, capsys, monke
 
 def test_the_readme_tables_are_the_registrys(capsys):
     assert registry_main(["tables", "--check"]) == 0, capsys.readouterr().out
+
+
+def test_the_records_as_wandb_reference_runs_offline(tmp_path, monkeypatch):
+    """``repro registry wandb``: each record a run of job type reference in its sweep's group,
+    its curve as history at its steps, its results as the summary, a fixed id; sync finds it."""
+    from reproductions.sync import find_offline_runs
+    from tests.helpers import wandb_records, wandb_summary
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    registry = tmp_path / "results"
+    runs = tmp_path / "runs"
+    fake_run(runs, "vit/patch_size", "cpu", "patch_size=4", 0, config={"seed_everything": 0})
+    (added,) = [o.added for o in add_runs(runs, registry, allow_changed=True)]
+    rec = read_record(added)
+    assert registry_main(["--registry", str(registry), "wandb", "--root", str(tmp_path / "wb")]) == 0
+    (found,) = find_offline_runs(tmp_path / "wb" / "registry")
+    assert found.run_id == "ref" + rec.data["id"]
+    assert found.owner == tmp_path / "wb/registry/vit/patch_size/cpu/patch_size=4/seed0"
+    (path,) = found.folder.glob("run-*.wandb")
+    records = wandb_records(path)
+    run = next(r.run for r in records if r.WhichOneof("record_type") == "run")
+    assert run.run_group == "vit/patch_size-cpu" and run.job_type == "reference"
+    assert run.display_name == "vit/patch_size-cpu/patch_size=4/seed0/reference"
+    assert set(run.tags) >= {"reference", "patch_size=4", "cpu", "seed0"}
+    config = {item.key: json.loads(item.value_json) for item in run.config.update}
+    assert config["run"]["variant"] == "patch_size=4" and config["record"] == rec.data["id"]
+    steps = [r.history.step.num for r in records if r.WhichOneof("record_type") == "history"]
+    assert steps == [9, 19]  # the record's two validations at their steps
+    summary = wandb_summary(path)
+    assert summary["test/acc"] == 0.9 and summary["val/acc"] == 0.8 and summary["results/fit_time_s"] == 30.0

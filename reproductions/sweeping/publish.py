@@ -20,6 +20,7 @@ runs by ``run.variant`` puts it apart from the variants). Each report logs:
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 from reproductions.sweeping.claims import ClaimLine
@@ -111,3 +112,55 @@ def publish(plan: Plan, report, project: str = "attention-repro") -> str:
         return run.id
     finally:
         run.finish()
+
+
+def log_references(records, *, project: str = "attention-repro", root: str | os.PathLike = "runs") -> list[str]:
+    """Each registry record (``records.Record``) as a W&B run of job type ``reference`` in its
+    sweep's group (the group of the sweep's own runs, ``<sweep>-<profile>``), so a team's charts
+    and tables show the repository's reference beside their runs. Name
+    ``<experiment>/<variant>/seed<k>/reference``; tags ``reference``, the variant, the profile,
+    the sweep and ``seed<k>``; config: the sweep, profile, variant, seed, overrides, config digest,
+    hardware, versions and commit the record holds, with ``run.variant`` as the sweep's runs
+    have it (grouping by ``run.variant`` puts each reference beside that variant's runs); history:
+    the record's validation curve at its steps (``time/fit_elapsed_s`` and the ``val/`` metrics);
+    summary: the results as a fit's summary has them (``test/...``, ``final/...``, ``results/...``).
+
+    The run id is fixed by the record (``ref<record id>``), so logging a record again resumes the
+    same run. Files go under ``<root>/registry/<sweep>/<profile>/<variant>/seed<k>/``: offline
+    here, ``repro sync <root>/registry`` uploads them (online when a key is configured,
+    ``tracking.wandb_offline``). Returns one line per record."""
+    from pathlib import Path
+
+    from reproductions.tracking import init_run, results_summary, wandb_offline
+
+    lines = []
+    for rec in records:
+        d = rec.data
+        directory = Path(root) / "registry" / d["sweep"] / d["profile"] / d["variant"] / f"seed{d['seed']}"
+        directory.mkdir(parents=True, exist_ok=True)
+        group = f"{d['sweep']}-{d['profile']}"
+        run = init_run(dict(
+            project=project, id="ref" + d["id"], resume="allow", group=group, job_type="reference",
+            name=f"{group}/{d['variant']}/seed{d['seed']}/reference",
+            tags=list(dict.fromkeys(["reference", d["variant"], d["profile"], d["sweep"], f"seed{d['seed']}"])),
+            dir=str(directory), mode="offline" if wandb_offline() else "online", reinit="finish_previous",
+            config={"sweep": d["sweep"], "profile": d["profile"], "seed_everything": d["seed"],
+                    "run": {"variant": d["variant"], "experiment": group}, "overrides": d["overrides"],
+                    "config_digest": d["config_digest"], "record": d["id"],
+                    "facts": {"hardware": d["hardware"], "versions": d["versions"], "git": d["git"], "host": d["host"],
+                              "finished_at": d["finished_at"]}},
+        ))  # fmt: skip
+        try:
+            columns, rows = d["curve"]["columns"], d["curve"]["rows"]
+            for row in rows:
+                values = dict(zip(columns, row))
+                step = values.pop("step", None)
+                logged = {k: v for k, v in values.items() if v is not None}
+                if step is not None and logged:
+                    run.log(logged, step=int(step))
+            run.summary.update(results_summary({**d, "status": "finished"}))
+            lines.append(f"{rec.path.name}: W&B run {run.id} ({'offline' if wandb_offline() else 'online'}) "
+                         f"in group {group}, {len(rows)} validations")  # fmt: skip
+        finally:
+            run.finish()
+    return lines

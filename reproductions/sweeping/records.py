@@ -217,10 +217,10 @@ def read_record(path: str | os.PathLike) -> Record:
         raise RecordError(f"{path}: cannot be read ({e.strerror or e}); check the file") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise RecordError(f"{path}: not valid JSON ({e}); restore it from git or add the run again") from None
-    return Record(path, validate(data, _shown(path)))
+    return Record(path, validate(data, shown_path(path)))
 
 
-def _shown(path: Path) -> str:
+def shown_path(path: Path) -> str:
     try:
         return str(path.resolve().relative_to(REPO_ROOT))
     except ValueError:
@@ -433,7 +433,7 @@ def add_run(run_dir: Path, registry: str | os.PathLike, existing: dict[str, Path
         return out
     record = make_record(run_dir, results, config, sweep_id, profile, definitions[key])
     if record["id"] in existing:
-        out.refused = f"already in the registry: {_shown(existing[record['id']])}"
+        out.refused = f"already in the registry: {shown_path(existing[record['id']])}"
         return out
     target = record_path(registry, record)
     if not dry_run:

@@ -185,9 +185,10 @@ def table(plan: Plan, collected: list[VariantResults]) -> tuple[list[str], list[
     return header, rows
 
 
-def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+def markdown_table(header: list[str], rows: list[list[str]], *, numbers: bool = True) -> str:
+    """A Markdown table; ``numbers``: every column after the first is right-aligned."""
     lines = ["| " + " | ".join(_md_cell(h) for h in header) + " |"]
-    lines.append("|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|")
+    lines.append("|" + "|".join("---" if i == 0 or not numbers else "---:" for i in range(len(header))) + "|")
     lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
 
