@@ -121,6 +121,9 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
             return 1
         print(f"up to date: {page.path} and {len(page.figures)} figures", file=out)
         return 0
+    for sc in gathered:
+        for line in sc.left_out:
+            print(f"warning: {line}", file=sys.stderr)
     write_page(page)
     for sc in gathered:
         if not sc.measured:

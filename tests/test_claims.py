@@ -168,7 +168,8 @@ def test_attention_distance_section_pools_seeds_orders_by_scale_and_copies_the_l
     atomic_write_json(root / "failed" / "default" / "seed0" / RESULTS_FILE, {**short, "status": "failed"})
     put_distances(root / "failed" / "default" / "seed0", [[1.0, 1.0], [9.0, 9.0]])
     out, figures = tmp_path / "docs" / "claims.md", tmp_path / "docs" / "figures" / "claims"
-    assert claims_main(["--root", str(root), "--out", str(out), "--figures", str(figures)]) == 0
+    assert claims_main(["--root", str(root), "--registry", str(tmp_path / "no-records"), "--out", str(out),
+                        "--figures", str(figures)]) == 0  # fmt: skip
     section = out.read_text().split("## Attention distance", 1)[1].split("\n## ", 1)[0]
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in section.splitlines() if line.startswith("| vit/")]
     assert [r[0] for r in rows] == ["vit/digits", "vit/short", "vit/long"]  # 16 tokens first, then by samples
@@ -181,3 +182,20 @@ def test_attention_distance_section_pools_seeds_orders_by_scale_and_copies_the_l
     [figure] = figures.glob("attention-distance-*.png")
     assert figure.read_bytes() == PNG and "vit-long" in figure.name
     assert f"](figures/claims/{figure.name})" in section
+
+
+def test_corrupt_results_are_named_one_warning_each(tmp_path, capsys):
+    """A truncated and an empty results.json among finished runs: the page is written from the
+    rest, and each is named with what to do (not silently counted out)."""
+    sweep, root = claims_sweep(tmp_path), tmp_path / "runs"
+    put_runs(root)
+    truncated = root / "pos-small" / "learned" / "seed1" / RESULTS_FILE
+    truncated.write_text(truncated.read_text()[:40])
+    empty = root / "pos-large" / "none" / "seed2" / RESULTS_FILE
+    empty.write_text("")
+    out = tmp_path / "claims.md"
+    assert claims_main(["--sweep", str(sweep), "--root", str(root), "--out", str(out), "--figures", str(tmp_path / "f")]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    why = f"corrupt {RESULTS_FILE} (not a complete JSON object): delete it and rerun"
+    assert warnings == [f"warning: {empty.parent}: {why}", f"warning: {truncated.parent}: {why}"]  # the sweep file's order
+    assert rows_of(out.read_text(), "learned > none")[0][2] == "2 / 3"  # the page counts what is left

@@ -71,6 +71,8 @@ class SweepClaims:
     sweep: Sweep
     measured: list[Measured]
     not_run: list[str]
+    #: local run directories left out, each with why: a corrupt results.json, or one not its run's
+    left_out: list[str] = field(default_factory=list)
 
     def claims(self) -> dict[str, list[tuple[Measured, Comparison]]]:
         """Each claim (``Comparison.claim``) -> its comparison at each measured profile, in scale
@@ -118,19 +120,21 @@ def gather(sweeps: Sequence[str | os.PathLike | Sweep], root: str | os.PathLike,
     out = []
     for ref in sweeps:
         sweep = ref if isinstance(ref, Sweep) else load_sweep(ref)
-        measured, not_run = [], []
+        measured, not_run, left_out = [], [], []
         for name in sweep.profiles:
             if name == SMOKE_PROFILE and not smoke:
                 continue
             plan = make_plan(sweep, name, root=root)
             collected = collect(plan, registry=registry, local=local and plan.experiment_dir.is_dir())
+            left_out += [f"{plan.experiment_dir / vr.variant.name / f'seed{seed}'}: {why}" for vr in collected
+                         for seed, why in vr.missing if why.startswith("corrupt") or (seed, why) in vr.rejected]  # fmt: skip
             if any(vr.results for vr in collected):
                 measured.append(Measured(plan, collected, check_claims(plan, collected)))
             else:
                 not_run.append(name)
         key = scale_key(sweep)
         measured.sort(key=lambda m: key(m.profile))
-        out.append(SweepClaims(sweep, measured, not_run))
+        out.append(SweepClaims(sweep, measured, not_run, left_out))
     return out
 
 
