@@ -71,10 +71,11 @@ def _registry_label(registry: str) -> str:
 
 
 def page_differences(page) -> list[Path]:
-    """The page and figures whose file differs from what ``page`` holds (or is missing)."""
+    """The page and figures whose file differs from what ``page`` holds (or is missing), and the
+    figures in its folder that it no longer shows."""
     stale = [] if page.path.is_file() and page.path.read_text() == page.markdown else [page.path]
     stale += [p for p, data in page.figures.items() if not p.is_file() or p.read_bytes() != data]
-    return stale
+    return stale + page.stale_figures()
 
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
@@ -89,8 +90,9 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     p.add_argument("--no-local", action="store_true", help="the registry's records alone, no local runs (the committed page)")
     p.add_argument("--registry", default=str(REGISTRY_DIR), help="the results registry (default: the repository's results/)")
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 if the page or a figure differs from what it would write")
-    p.add_argument("--out", default=DEFAULT_OUT, help=f"the page (default {DEFAULT_OUT})")
-    p.add_argument("--figures", default=DEFAULT_FIGURES, help=f"folder of the figures (default {DEFAULT_FIGURES})")
+    p.add_argument("--out", default=str(REPO_ROOT / DEFAULT_OUT), help=f"the page (default: the repository's {DEFAULT_OUT})")
+    p.add_argument("--figures", default=str(REPO_ROOT / DEFAULT_FIGURES),
+                   help=f"folder of the figures (default: the repository's {DEFAULT_FIGURES})")
     p.add_argument("--sweep", action="append", default=None,
                    help="a sweep name (vit/position) or sweep YAML file; give it again for more (default: every sweep)")
     p.add_argument("--smoke", action="store_true", help=f"also the {SMOKE_PROFILE!r} profiles (for tests; not a result)")

@@ -199,3 +199,17 @@ def test_corrupt_results_are_named_one_warning_each(tmp_path, capsys):
     why = f"corrupt {RESULTS_FILE} (not a complete JSON object): delete it and rerun"
     assert warnings == [f"warning: {empty.parent}: {why}", f"warning: {truncated.parent}: {why}"]  # the sweep file's order
     assert rows_of(out.read_text(), "learned > none")[0][2] == "2 / 3"  # the page counts what is left
+
+
+def test_check_compares_the_page_and_figures_and_a_write_removes_figures_no_longer_shown(tmp_path, capsys):
+    sweep, root = claims_sweep(tmp_path), tmp_path / "runs"
+    put_runs(root)
+    out, figures = tmp_path / "claims.md", tmp_path / "figs"
+    argv = ["--sweep", str(sweep), "--root", str(root), "--out", str(out), "--figures", str(figures)]
+    assert claims_main([*argv, "--check"]) == 1  # nothing written yet
+    assert f"out of date: {out}" in capsys.readouterr().out and not out.exists()
+    assert claims_main(argv) == 0 and claims_main([*argv, "--check"]) == 0
+    old = figures / "a-claim-no-longer-measured.png"
+    old.write_bytes(PNG)
+    assert claims_main([*argv, "--check"]) == 1 and f"out of date: {old}" in capsys.readouterr().out
+    assert claims_main(argv) == 0 and not old.exists() and len(list(figures.glob("*.png"))) == 2

@@ -95,6 +95,13 @@ class Page:
     path: Path
     markdown: str
     figures: dict[Path, bytes] = field(default_factory=dict)  # drawn, not yet written
+    figure_dir: Path | None = None  # the page's own folder of figures
+
+    def stale_figures(self) -> list[Path]:
+        """PNGs in the page's figure folder that it no longer shows (removed when it is written)."""
+        if self.figure_dir is None or not self.figure_dir.is_dir():
+            return []
+        return sorted(p for p in self.figure_dir.glob("*.png") if p not in self.figures)
 
 
 def scale_key(sweep: Sweep) -> Callable[[Profile], tuple]:
@@ -301,12 +308,15 @@ def build_page(gathered: list[SweepClaims], out: str | os.PathLike, figure_dir: 
         lines += ["## Sweeps not measured", ""]
         lines += [f"- `{sc.sweep.id}` ({sc.sweep.title}): {', '.join(sc.not_run) or 'no profile'}" for sc in unmeasured]
         lines.append("")
-    return Page(out, "\n".join(lines).rstrip() + "\n", figures)
+    return Page(out, "\n".join(lines).rstrip() + "\n", figures, figure_dir)
 
 
 def write_page(page: Page) -> Page:
-    """The figures, then the page, each atomically."""
+    """The figures, then the page, each atomically; then the figures it no longer shows are removed."""
+    stale = page.stale_figures()
     for path, data in page.figures.items():
         atomic_write_bytes(path, data)
     atomic_write_text(page.path, page.markdown)
+    for path in stale:
+        path.unlink(missing_ok=True)
     return page
