@@ -96,7 +96,7 @@ def test_a_real_run_whose_config_differs_is_refused_then_recorded_with_its_overr
     cols, rows = rec["curve"]["columns"], rec["curve"]["rows"]
     assert cols[:3] == ["step", "epoch", "time/fit_elapsed_s"] and "val/acc" in cols and len(rows) == 2  # one per epoch
     assert rows[-1][cols.index("val/acc")] == pytest.approx(res["final"]["val/acc"])
-    assert path.stat().st_size < 8000 and str(tmp_path) not in path.read_text()  # compact; no local path
+    assert path.stat().st_size < 16000 and str(tmp_path) not in path.read_text()  # compact; no local path
     # the same run again: skipped, not written twice
     assert registry_main(["--registry", str(registry), "add", "--allow-changed", str(run.run_dir)]) == 0
     assert "already in the registry" in capsys.readouterr().out and len(list(registry.rglob("*.json"))) == 1
@@ -124,7 +124,8 @@ def test_finished_runs_of_the_definition_are_added_and_the_rest_refused_one_line
         "mine-x/a/seed0": "experiment 'mine-x' is not a sweep profile's (<sweep>-<profile>, as repro sweep names it)",
     }
     rec = read_record(outcomes[good].added).data
-    assert rec["overrides"] == {} and rec["config_digest"] == rec["definition_digest"] == config_digest(patch4_cpu)
+    assert rec["overrides"] == {} and rec["config_digest"] == config_digest(patch4_cpu)
+    assert rec["config"]["trainer.max_epochs"] == 40 and "data.init_args.data_dir" not in rec["config"]
     assert rec["curve"]["rows"] == [[9.0, 0.0, 1.5, 0.5, 1.2], [19.0, 1.0, 3.0, 0.8, 0.7]]
     assert rec["best"] == {"monitor": "val/acc", "score": 0.9}  # the checkpoint's path is not kept
 
@@ -172,10 +173,14 @@ def test_a_record_whose_sweep_definition_changed_is_stale(tmp_path, patch4_cpu):
     (added,) = [o.added for o in add_runs(runs, registry)]
     assert list(stale_records(read_registry(registry))) == []
     data = json.loads(added.read_text())
-    data["definition_digest"] = "sha256:" + "0" * 64  # as if the sweep file had since changed
+    data["config"]["trainer.max_epochs"] = 30  # as if the sweep file had said 30 when the run was made
+    data["config"]["data.init_args.an_option_removed_since"] = 1  # one-sided keys are not changes
     added.write_text(json.dumps(data))
     ((rec, why),) = stale_records(read_registry(registry))
-    assert rec.path == added and "changed since it was added" in why
+    assert rec.path == added and "changed since it was added: trainer.max_epochs (recorded 30, now 40)" in why
+    data["overrides"] = {"trainer.max_epochs": {"run": 30, "definition": 40}}  # a recorded difference is not a change
+    added.write_text(json.dumps(data))
+    assert list(stale_records(read_registry(registry))) == []
 
 
 def test_a_rerun_beside_the_reference_reproduced_differs_and_exact(tmp_path):

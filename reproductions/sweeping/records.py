@@ -7,12 +7,13 @@ A record is a few KB of JSON at ``results/<paper>/<sweep>/<profile>/<variant>/se
 - who it is: ``sweep`` (``vit/patch_size``), ``profile``, ``variant``, ``seed``, ``experiment``
   and ``id``, the run's identity (a digest of its experiment, variant, seed, config digest, host,
   hardware and finish time: the same run added twice has the same id, so it is refused);
-- what ran: ``config_digest`` (sha256 of the run's resolved ``config.yaml``, leaving out what names
-  the run or where its files lie: ``run``, ``config`` and ``LOCATION_KEYS``),
-  ``definition_digest`` (the same digest of the config the sweep file defines for this variant and
-  seed when the record was added) and ``overrides`` (every dotted key where the run's config
-  differs from that definition: ``{key: {"run": value, "definition": value}}``; empty for a run
-  made by ``repro sweep`` from the sweep file as it is);
+- what ran: ``config`` (the run's resolved ``config.yaml`` as flat dotted keys, leaving out what
+  names the run or where its files lie: ``run``, ``config`` and ``LOCATION_KEYS``),
+  ``config_digest`` (its sha256) and ``overrides`` (every key where the run's config differs from
+  what the sweep file defined for its variant and seed when the record was added: ``{key: {"run":
+  value, "definition": value}}``; empty for a run made by ``repro sweep`` from the sweep file as
+  it is). Keys that only one side has are not differences: an option added to the code since
+  (the definition has it at its default, the run predates it) or removed since;
 - what it measured, at the same paths as ``results.json`` so every reader works on both:
   ``test``, ``test_ckpt``, ``final``, ``best`` (monitor, score), ``model`` (params, FLOPs per
   sample), ``training`` (epochs, steps, batch, samples seen, total FLOPs, fit time, throughput),
@@ -99,27 +100,35 @@ def config_digest(config: dict[str, Any]) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
-def config_differences(run: dict[str, Any], definition: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Every computed key whose value differs between a run's config and the definition's."""
-    a, b = computed_part(run), computed_part(definition)
-    return {k: {"run": a.get(k), "definition": b.get(k)} for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+def config_differences(run: dict[str, Any], definition: dict[str, Any], *, flat: bool = False) -> dict[str, dict[str, Any]]:
+    """Every computed key that both configs have whose value differs between the run's and the
+    definition's (``flat``: the run's config is already ``computed_part``'s flat keys)."""
+    a, b = run if flat else computed_part(run), computed_part(definition)
+    return {k: {"run": a[k], "definition": b[k]} for k in sorted(set(a) & set(b)) if a[k] != b[k]}
+
+
+_DEFINITIONS: dict[tuple[str, str, str, str], dict[str, Any]] = {}
 
 
 def definition_config(sweep_id: str, profile: str, variant: str, seed: int) -> dict[str, Any]:
-    """The resolved config the sweep file defines now for one variant and seed (no run is made)."""
+    """The resolved config the sweep file defines now for one variant and seed (no run is made).
+    The seed enters a resolved config as ``seed_everything`` alone, so one resolution per variant
+    serves every seed (kept for this process, keyed by the sweep file's text)."""
     from reproductions.sweeping.plan import make_plan
     from reproductions.sweeping.reuse import load_config, resolve_config
+    from reproductions.sweeping.spec import find_sweep
 
-    plan = make_plan(sweep_id, profile, seeds=None)
-    runs = [r for r in plan.runs if r.variant.name == variant]
-    if not runs:
-        raise RecordError(f"{sweep_id} profile {profile}: no variant {variant!r}; variants: {[v.name for v in plan.variants]}")
-    args = list(runs[0].args)
-    args[args.index("--seed_everything") + 1] = str(seed)
-    config = load_config(resolve_config(args))
-    if config is None:  # pragma: no cover - the CLI always dumps a mapping
-        raise RecordError(f"{sweep_id} profile {profile} variant {variant}: the sweep's config does not resolve")
-    return config
+    key = (sweep_id, profile, variant, find_sweep(sweep_id).read_text())
+    if key not in _DEFINITIONS:
+        plan = make_plan(sweep_id, profile, seeds=None)
+        runs = [r for r in plan.runs if r.variant.name == variant]
+        if not runs:
+            raise RecordError(f"{sweep_id} profile {profile}: no variant {variant!r}; variants: {[v.name for v in plan.variants]}")
+        config = load_config(resolve_config(runs[0].args))
+        if config is None:  # pragma: no cover - the CLI always dumps a mapping
+            raise RecordError(f"{sweep_id} profile {profile} variant {variant}: the sweep's config does not resolve")
+        _DEFINITIONS[key] = config
+    return {**_DEFINITIONS[key], "seed_everything": seed}
 
 
 # --------------------------------------------------------------------------- schema
@@ -150,8 +159,8 @@ FIELDS: dict[str, tuple[Any, str, bool]] = {
     "variant": (lambda v: isinstance(v, str) and bool(v), "a variant name", True),
     "seed": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0, "a seed (integer >= 0)", True),
     "experiment": (lambda v: isinstance(v, str) and bool(v), "the experiment name", True),
+    "config": (lambda v: isinstance(v, dict) and all(isinstance(k, str) for k in v), "an object of dotted key -> value", True),
     "config_digest": (lambda v: isinstance(v, str) and v.startswith("sha256:"), "sha256:<hex>", True),
-    "definition_digest": (lambda v: isinstance(v, str) and v.startswith("sha256:"), "sha256:<hex>", True),
     "overrides": (lambda v: isinstance(v, dict) and all(isinstance(x, dict) and set(x) == {"run", "definition"} for x in v.values()),
                   'an object {key: {"run": value, "definition": value}}', True),
     "test": (_metrics, "an object of metric -> number", True),
@@ -319,8 +328,8 @@ def make_record(run_dir: Path, results: dict[str, Any], config: dict[str, Any], 
         "variant": results["variant"],
         "seed": int(results["seed"]),
         "experiment": results["experiment"],
+        "config": _scrub(computed_part(config)),
         "config_digest": digest,
-        "definition_digest": config_digest(definition),
         "overrides": _scrub(config_differences(config, definition)),
         "test": {k: _finite(v) for k, v in (results.get("test") or {}).items()},
         "test_ckpt": results.get("test_ckpt"),
@@ -444,21 +453,22 @@ def add_run(run_dir: Path, registry: str | os.PathLike, existing: dict[str, Path
 
 
 def stale_records(records: Iterable[Record]) -> Iterator[tuple[Record, str]]:
-    """Records whose sweep definition changed since they were added (the sweep file now defines
-    another config for their variant and seed), with what changed; a variant or profile the
-    sweep no longer has, too."""
-    cache: dict[tuple, str | Exception] = {}
+    """Records whose sweep definition changed since they were added: the sweep file now defines,
+    for their variant and seed, a config that differs from theirs in other keys than the
+    differences they recorded (``overrides``); a variant or profile the sweep no longer has, too."""
     for rec in records:
         if rec.data["profile"] == SMOKE_PROFILE:
             continue
-        key = rec.key
-        if key not in cache:
-            try:
-                cache[key] = config_digest(definition_config(*key))
-            except (RecordError, SweepError) as e:
-                cache[key] = e
-        now = cache[key]
-        if isinstance(now, Exception):
-            yield rec, str(now)
-        elif now != rec.data["definition_digest"]:
-            yield rec, f"the sweep file's config for {rec.data['variant']} seed {rec.data['seed']} changed since it was added"
+        try:
+            definition = definition_config(*rec.key)
+        except (RecordError, SweepError) as e:
+            yield rec, str(e)
+            continue
+        now = config_differences(rec.data["config"], _scrub(definition), flat=True)
+        recorded = rec.data["overrides"]
+        changed = sorted(k for k in set(now) | set(recorded) if now.get(k) != recorded.get(k))
+        if changed:
+            shown = ", ".join(f"{k} (recorded {recorded.get(k, {}).get('definition', rec.data['config'].get(k))!r}, "
+                              f"now {computed_part(definition).get(k)!r})" for k in changed[:3])  # fmt: skip
+            yield rec, (f"the sweep file's config for {rec.data['variant']} seed {rec.data['seed']} changed since it was added: "
+                        f"{shown}" + (f" and {len(changed) - 3} more" if len(changed) > 3 else ""))  # fmt: skip
