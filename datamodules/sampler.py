@@ -105,9 +105,14 @@ class ResumableLoader(DataLoader):
         sampler.start = start
         self._epoch, self._samples = epoch, start
         per_batch = self.batch_size * sampler.num_replicas
-        for batch in super().__iter__():  # created here, at the first batch asked for
+        for batch in self._batches():  # created here, at the first batch asked for
             self._samples += per_batch
             yield batch
+
+    def _batches(self) -> Iterator[Any]:
+        """The batches of one pass over the sampler (the DataLoader's own iterator; a subclass may serve
+        them otherwise, e.g. ``datamodules.images.device_loader``)."""
+        return super().__iter__()
 
     def state_dict(self) -> dict[str, int]:
         return {"epoch": int(self._epoch), "samples": int(self._samples)}

@@ -32,8 +32,9 @@ class CropFlip:
     ``v2.RandomCrop(size, padding=(pad_w, pad_h))`` + ``v2.RandomHorizontalFlip()``, computed for a
     whole uint8 batch (B, C, H, W) at once with one gather (a (C, H, W) image works too).
 
-    Each image gets its own offsets (uniform in [0, 2 pad]) and flip, drawn from the global torch
-    generator (the datasets seed it per batch).
+    Each image gets its own offsets (uniform in [0, 2 pad]) and flip, drawn from the global CPU torch
+    generator (the datasets seed it per batch) whatever the device of the batch: a batch held on a
+    GPU (``data.on_device``) gets the same crops and flips as the same batch on the CPU, gathered there.
 
     Why hand-written rather than torchvision's transforms: those take one image per call, and on a
     CPU that per-image loop costs about as much as a small model's training step. One gather for the
@@ -56,8 +57,10 @@ class CropFlip:
         rows = dy[:, None] + torch.arange(self.height)  # (B, H)
         cols = dx[:, None] + torch.arange(self.width)  # (B, W)
         cols = torch.where(flip[:, None], cols.flip(1), cols)
+        if batch.device.type != "cpu":  # drawn on the CPU (above), gathered where the batch is
+            rows, cols = rows.to(batch.device, non_blocking=True), cols.to(batch.device, non_blocking=True)
         # advanced indices around a slice: the result is (B, H, W, C)
-        out = padded[torch.arange(n)[:, None, None], :, rows[:, :, None], cols[:, None, :]]
+        out = padded[torch.arange(n, device=batch.device)[:, None, None], :, rows[:, :, None], cols[:, None, :]]
         out = out.permute(0, 3, 1, 2).contiguous()
         return out[0] if single else out
 

@@ -20,10 +20,12 @@ from torch.utils.data import DataLoader, Dataset
 from datamodules.images.augment import Augmentation, build_augment
 from datamodules.images.cache import cache_root
 from datamodules.images.decode import Decoder, ImageMode
+from datamodules.images.device_loader import DeviceLoader, ResumableDeviceLoader
 from datamodules.images.pools import InMemory, Pools, load_pools
 from datamodules.images.prepared import open_prepared
 from datamodules.images.sources import ReadOptions, SourceData, from_prepared, resolve_source
 from datamodules.images.splits import split_rows
+from datamodules.images.workspace import human_bytes
 from datamodules.images.transforms import (
     BatchMix,
     EvalResize,
@@ -34,6 +36,8 @@ from datamodules.images.transforms import (
 from datamodules.sampler import ResumableLoader, ResumableSampler, run_seed
 
 Interpolation = Literal["bilinear", "bicubic"]
+ON_DEVICE_AUGMENTS = ("none", "flip", "crop_flip")
+"""The augmentations ``on_device=true`` builds on the device (batched crop + flip)."""
 
 
 class ImageDataModule(L.LightningDataModule):
@@ -104,6 +108,11 @@ class ImageDataModule(L.LightningDataModule):
             then take the centre ``image_size`` crop (ImageNet: 0.875, 224 from 256); None: resize to
             ``image_size`` x ``image_size``.
         interpolation: ``bilinear`` or ``bicubic`` (DeiT), for the crops and resizes of encoded images.
+        on_device: hold the decoded uint8 images on the device the run trains on (a GPU) and build every batch
+            there: index, random crop + flip, normalisation, batched (``datamodules.images.device_loader``);
+            the same samples, order, augmentation draws and mid-epoch resume as the ordinary loader, without
+            loader workers (``num_workers`` is not used). Needs the images in memory at the input size and
+            ``augment`` ``none``, ``flip`` or ``crop_flip`` without ``auto_augment``, random erasing or mixing.
     """
 
     def __init__(
@@ -141,6 +150,7 @@ class ImageDataModule(L.LightningDataModule):
         eval_crop_fraction: float | None = None,
         interpolation: Interpolation = "bilinear",
         crop_padding: int | None = None,
+        on_device: bool = False,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -160,6 +170,11 @@ class ImageDataModule(L.LightningDataModule):
                        image_size, mean, std)  # fmt: skip
         _check_recipe(augment, image_size, random_erasing, mixup_alpha, cutmix_alpha, mix_prob, mix_switch_prob,
                       eval_crop_fraction, in_memory)  # fmt: skip
+        if on_device:
+            _check_on_device(augment, in_memory, auto_augment, random_erasing, mixup_alpha, cutmix_alpha,
+                             eval_crop_fraction)  # fmt: skip
+        self.on_device = bool(on_device)
+        self.device: torch.device | None = None  # where the batches are built (after setup with on_device)
 
         self.source = source
         self.batch_size = batch_size
@@ -252,6 +267,31 @@ class ImageDataModule(L.LightningDataModule):
         self._train_unaugmented = pools.dataset(pools.train, rows.subset, self.mean, self.std, eval_transform)
         self.val_dataset = pools.dataset(pools.train, rows.val, self.mean, self.std, eval_transform)
         self.test_dataset = pools.dataset(test_pool, rows.test, self.mean, self.std, eval_transform)
+        if self.on_device:
+            self._to_device(pools, train_transform, eval_transform)
+
+    def _to_device(self, pools: Pools, train_transform, eval_transform) -> None:
+        """Copy the training, validation and test splits' pixels to the training device (``on_device``)."""
+        if not pools.in_memory:
+            raise ValueError(
+                f"on_device=true needs the images held in memory, but {self.source} is {pools.reason}; set "
+                "in_memory true (or raise max_in_memory_bytes), or on_device false"
+            )
+        if eval_transform is not None or (train_transform is not None and not hasattr(train_transform, "batch")):
+            raise RuntimeError(  # the recipe checks in __init__ leave no such case: a guard, not a user error
+                f"on_device=true builds batches from images stored at the input size {self.input_shape}, but they are "
+                f"stored at {pools.stored_shape}; prepare them at that size (image_size) or set on_device false"
+            )
+        trainer = getattr(self, "trainer", None)
+        root = getattr(getattr(trainer, "strategy", None), "root_device", None)
+        self.device = root if root is not None else torch.device("cpu")
+        moved: dict[int, torch.Tensor] = {}
+        self.train_dataset = self.train_dataset.to(self.device, moved)
+        self.val_dataset = self.val_dataset.to(self.device, moved)
+        self.test_dataset = self.test_dataset.to(self.device, moved)
+        held = sum(t.numel() * t.element_size() for t in moved.values())
+        rank_zero_info(f"[data] on the device: {self.device}, {human_bytes(held)}; batches indexed, augmented and "
+                       "normalised there (on_device=true)")  # fmt: skip
 
     def _transforms(self, pools: Pools):
         """(training transform, evaluation transform) of uint8 images as the pools store them."""
@@ -280,6 +320,9 @@ class ImageDataModule(L.LightningDataModule):
         trainer = getattr(self, "trainer", None)
         rank = int(getattr(trainer, "global_rank", 0) or 0)
         sampler = ResumableSampler(dataset, seed=run_seed(), num_replicas=self.world_size, rank=rank)
+        if self.on_device:
+            return ResumableDeviceLoader(dataset, batch_size=self.per_device_batch_size, sampler=sampler,
+                                         drop_last=len(dataset) >= 2 * self.batch_size, num_workers=0)  # fmt: skip
         return ResumableLoader(
             dataset,
             batch_size=self.per_device_batch_size,
@@ -332,6 +375,7 @@ class ImageDataModule(L.LightningDataModule):
             "mixup_alpha": self.mixup_alpha,
             "cutmix_alpha": self.cutmix_alpha,
             "eval_crop_fraction": self.eval_crop_fraction,
+            "on_device": self.on_device,
         }
 
     # ---------------------------------------------------------------------------------------------- loading
@@ -400,6 +444,9 @@ class ImageDataModule(L.LightningDataModule):
         }
 
     def _eval_loader(self, dataset: Dataset) -> DataLoader:
+        if self.on_device:
+            return DeviceLoader(dataset, batch_size=self.per_device_eval_batch_size, shuffle=False, drop_last=False,
+                                num_workers=0)  # fmt: skip
         return DataLoader(
             dataset, batch_size=self.per_device_eval_batch_size, shuffle=False, drop_last=False, **self._loader_kwargs()
         )
@@ -442,6 +489,22 @@ def _check_recipe(augment: str, image_size: int | None, random_erasing: float, m
             raise ValueError(f"{name}={value} must be a probability in [0, 1]")
     if in_memory not in ("auto", True, False):
         raise ValueError(f"in_memory={in_memory!r} must be auto, true or false")
+
+
+def _check_on_device(augment: str, in_memory: Any, auto_augment: str | None, random_erasing: float,
+                     mixup_alpha: float, cutmix_alpha: float, eval_crop_fraction: float | None) -> None:  # fmt: skip
+    """What ``on_device=true`` builds on the device: in-memory images, crop + flip, normalisation."""
+    if augment not in ON_DEVICE_AUGMENTS:
+        raise ValueError(f"on_device=true does augment={augment!r} only on the CPU; use augment "
+                         f"{', '.join(ON_DEVICE_AUGMENTS)}, or on_device false")  # fmt: skip
+    unsupported = {"in_memory=false": in_memory in (False, "false"), f"auto_augment={auto_augment!r}": bool(auto_augment),
+                   f"random_erasing={random_erasing}": random_erasing > 0,
+                   f"mixup_alpha={mixup_alpha}": mixup_alpha > 0, f"cutmix_alpha={cutmix_alpha}": cutmix_alpha > 0,
+                   f"eval_crop_fraction={eval_crop_fraction}": eval_crop_fraction is not None}  # fmt: skip
+    bad = [name for name, on in unsupported.items() if on]
+    if bad:
+        raise ValueError(f"on_device=true cannot be combined with {', '.join(bad)} (done per image on the CPU); "
+                         "drop them or set on_device false")  # fmt: skip
 
 
 def _check_numbers(

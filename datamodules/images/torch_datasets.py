@@ -11,6 +11,7 @@ batch's rows) only (``seeded``), so a resumed run augments exactly as an uninter
 from __future__ import annotations
 
 import contextlib
+import copy
 import random
 from collections.abc import Callable, Iterator, Sequence
 
@@ -65,13 +66,24 @@ def batch_seed(rows: Sequence[int]) -> int:
     return hash((run_seed(), tuple(int(r) for r in rows))) & 0x7FFF_FFFF_FFFF_FFFF
 
 
-def _finish(x: torch.Tensor, labels: torch.Tensor, erase: Callable | None, mix: Mix | None) -> list[tuple]:
-    """Random erasing per image, mixing per batch, then the (image, target) pairs of the batch."""
+def _erase_mix(x: torch.Tensor, labels: torch.Tensor, erase: Callable | None,
+               mix: Mix | None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """Random erasing per image, then mixing per batch."""
     if erase is not None:
         x = torch.stack([erase(image) for image in x.unbind(0)]) if len(x) else x
     if mix is not None:
         x, labels = mix(x, labels)
+    return x, labels
+
+
+def _pairs(x: torch.Tensor, labels: torch.Tensor) -> list[tuple]:
+    """The (image, target) pairs of a batch, for the DataLoader's collation."""
     return list(zip(x.unbind(0), labels.unbind(0), strict=True))
+
+
+def _finish(x: torch.Tensor, labels: torch.Tensor, erase: Callable | None, mix: Mix | None) -> list[tuple]:
+    """Random erasing per image, mixing per batch, then the (image, target) pairs of the batch."""
+    return _pairs(*_erase_mix(x, labels, erase, mix))
 
 
 def _normaliser(mean: Sequence[float], std: Sequence[float]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -86,7 +98,9 @@ class InMemoryImages(Dataset):
 
     ``images`` (N, C, H, W) uint8 and ``labels`` (N,) int64 are shared between the splits drawn from the same
     pool; ``indices`` picks this split's rows. Items are ``(float image (C, H, W), int64 label)``, or with
-    ``mix`` a (K,) float target; ``__getitems__`` builds a whole batch at once (one index op without a transform).
+    ``mix`` a (K,) float target; ``__getitems__`` builds a whole batch at once (one index op without a transform),
+    ``batch`` the same batch as two tensors. ``to(device)`` holds the pixels and labels on a device (a GPU):
+    its batches are then indexed, augmented and normalised there, with the same random draws (CPU, per batch).
     """
 
     def __init__(
@@ -129,10 +143,16 @@ class InMemoryImages(Dataset):
             return x, self.labels[j]
 
     def __getitems__(self, batch: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return _pairs(*self.batch(batch))
+
+    def batch(self, positions: Sequence[int] | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Items ``positions`` of the split as one batch: (float images (B, C, H, W), targets), on the device
+        the images are held on."""
         with _one_thread():
-            rows = self.indices[torch.as_tensor(batch, dtype=torch.long)]
+            rows = self.indices[torch.as_tensor(positions, dtype=torch.long)]
+            at = rows.to(self.images.device, non_blocking=True) if self.images.device.type != "cpu" else rows
             if self.transform is None and self.erase is None and self.mix is None:
-                return list(zip(self._normalise(self.images[rows]).unbind(0), self.labels[rows].unbind(0), strict=True))
+                return self._normalise(self.images[at]), self.labels[at]
             # The batch's random augmentation is a function of (run seed, the batch's rows),
             # not of whatever drew from the global generator before: a run resumed from a
             # checkpoint augments its batches exactly as the uninterrupted run, in the main
@@ -140,12 +160,28 @@ class InMemoryImages(Dataset):
             keys = tuple(rows.tolist())
             with seeded(batch_seed(keys)):
                 if self.transform is None:
-                    x = self.images[rows]
+                    x = self.images[at]
                 elif hasattr(self.transform, "batch"):
-                    x = self.transform.batch(self.images[rows])
+                    x = self.transform.batch(self.images[at])
                 else:
                     x = torch.stack([self.transform(self.images[j]) for j in keys])
-                return _finish(self._normalise(x), self.labels[rows], self.erase, self.mix)
+                return _erase_mix(self._normalise(x), self.labels[at], self.erase, self.mix)
+
+    def to(self, device: torch.device | str, moved: dict[int, torch.Tensor] | None = None) -> InMemoryImages:
+        """This split with its pixels, labels and normalisation on ``device`` (the row indices stay on the CPU,
+        where the batches' random draws are made). ``moved`` (id of a tensor -> its copy on the device) lets
+        the splits of one pool share one copy."""
+        moved = {} if moved is None else moved
+
+        def on(t: torch.Tensor) -> torch.Tensor:
+            if id(t) not in moved:
+                moved[id(t)] = t.to(device)
+            return moved[id(t)]
+
+        out = copy.copy(self)
+        out.images, out.labels = on(self.images), on(self.labels)
+        out.scale, out.shift = self.scale.to(device), self.shift.to(device)
+        return out
 
 
 class LazyImages(Dataset):
