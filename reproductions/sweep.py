@@ -36,6 +36,7 @@ from typing import TextIO
 from reproductions.errors import UsageError
 from reproductions.sweeping.launch import execute, format_duration, last_error, slurm_script, subprocess_runner
 from reproductions.sweeping.plan import LAUNCHERS, check_counts, make_plan
+from reproductions.sweeping.records import SMOKE_PROFILE
 from reproductions.sweeping.report import write_report
 from reproductions.sweeping.reuse import reuse_finished
 from reproductions.sweeping.spec import DEFAULT_PROFILE, SweepError, profiles_help
@@ -189,6 +190,8 @@ def main(argv: Sequence[str] | None = None, *, runner=subprocess_runner, out: Te
         except Exception as e:  # the runs are safe on disk; the report can be rerun alone
             print(f"report failed: {type(e).__name__}: {e}\nrerun: {plan.sweep_command('report')}", file=out)
             return 1
+    if plan.profile.name != SMOKE_PROFILE and len(outcomes) > len(failures):
+        print(f"keep the finished runs as the reference (results/): repro registry add {plan.experiment_dir}", file=out)
     return 1 if failures else 0
 
 

@@ -40,11 +40,10 @@ from reproductions.sweeping.claims import ClaimLine, Comparison, check_claims
 from reproductions.sweeping.collect import VariantResults, collect
 from reproductions.sweeping.figures import plot_claim_by_scale, png_bytes
 from reproductions.sweeping.plan import Plan, make_plan
+from reproductions.sweeping.records import SMOKE_PROFILE
 from reproductions.sweeping.spec import SCALE_AXES, Profile, Sweep, load_sweep
 from utils.atomic import atomic_write_bytes, atomic_write_text
 
-#: the profile whose runs are for tests only (seconds per run): not a result, off the page by default
-SMOKE_PROFILE = "smoke"
 
 
 @dataclass
