@@ -192,7 +192,7 @@ def test_precision_benchmark_times_compiled_steps_beside_the_eager_ones(tmp_path
 def test_data_benchmark_compares_loaders_with_model_steps(tmp_path, capsys):
     result = _run(tmp_path, "data", "--source", "digits", "--behavior-samples", "2000", "--batch-size", "8",
                   "--data-steps", "2", "--jpeg-images", "3", "--jpeg-size", "96x128", "--gpu-images-per-sec", "500",
-                  *TINY_RUN)
+                  "--resident-images", "64", *TINY_RUN)
     for side, net in (("images", "models.vit.ViT"), ("behaviour", "models.ctr.BST")):
         r = result[side]
         assert r["net"] == net and r["batch_size"] == 8 and r["target"] == 2.0
@@ -214,6 +214,18 @@ def test_data_benchmark_compares_loaders_with_model_steps(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "target >= 2x" in out and "batched CropFlip (after)" in out
     assert "Loader worker cores one GPU training ViT-B/16" in out and "jpeg 224:" in out
+    resident = result["resident"]  # the device-resident loader against the ordinary one, batches of 8
+    assert resident["batch_size"] == 8 and resident["images"] == 64 and resident["device"] == "cpu"
+    assert resident["ratio"] == pytest.approx(statistics.median(resident["resident_images_per_sec"])
+                                              / statistics.median(resident["ordinary_images_per_sec"]))
+    assert "Images held on the device" in out and "on_device=True (cpu)" in out
+
+
+def test_data_benchmark_resident_only(tmp_path, capsys):
+    result = _run(tmp_path, "data", "--resident-only", "--resident-images", "32", "--batch-size", "8", *TINY_RUN)
+    assert set(result) >= {"settings", "resident"} and "images" not in result and "jpeg224" not in result
+    assert len(result["resident"]["ordinary_images_per_sec"]) == len(result["resident"]["resident_images_per_sec"]) >= 1
+    assert "images on the device:" in capsys.readouterr().out
 
 
 # ------------------------------------------------------------------------------------------- bst

@@ -25,6 +25,14 @@
   workers one GPU training ViT-B/16 at 224 in bf16 needs (``--gpu-images-per-sec``, see
   ``GPU_IMAGES_PER_SEC``), and the two decoders' pixel difference on these files.
 
+- **Images held on the device.** CIFAR-shaped data (``--resident-images`` generated uint8 3x32x32 images,
+  crop (4 px padding) + flip, batch ``--batch-size``, default 512): the ordinary training loader (the
+  ``ResumableLoader`` over ``InMemoryImages``, ``--resident-workers`` workers, each batch then copied to
+  ``--device``, pinned on a GPU) against the device-resident one (``ImageDataModule(on_device=True)``:
+  ``ResumableDeviceLoader``, each batch indexed, augmented and normalised on ``--device``); images/s of a
+  batch ready on the device (the device synchronised after the timed batches). ``--resident-only`` runs only
+  this case: ``repro bench data --resident-only --device cuda --resident-workers 8`` on a GPU.
+
 Target: loader batches/s >= 2x the model's steps/s (the loader, running in the training
 process with ``num_workers`` from the config, then takes at most a third of the step time).
 Loader and model alternate over the rounds (``reproductions.benchmarks.common``).
@@ -75,6 +83,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="distinct JPEGs decoded per measurement (default 24)")
     parser.add_argument("--gpu-images-per-sec", dest="gpu_images_per_sec", type=float, default=None,
                         help="also compute the workers for this ViT-B/16 training rate (images/s on your GPU)")
+    parser.add_argument("--resident-images", dest="resident_images", type=int, default=45_000,
+                        help="generated CIFAR-shaped images of the device-resident case (default 45,000)")
+    parser.add_argument("--resident-workers", dest="resident_workers", type=int, default=0,
+                        help="loader workers of the ordinary loader in that case (default 0: in this process)")
+    parser.add_argument("--resident-only", dest="resident_only", action="store_true",
+                        help="run only the device-resident case (the ordinary loader against on_device=True)")
     add_run_args(parser, rounds=3, steps=5, warmup=1, batch_size=None)
 
 
@@ -146,6 +160,12 @@ def run(args: argparse.Namespace) -> Report:
     device = setup_run(args)
     if args.data_steps < 1:
         raise ValueError(f"--data-steps {args.data_steps} must be >= 1")
+    if args.resident_images < 2 * (args.batch_size or RESIDENT_BATCH) or args.resident_workers < 0:
+        raise ValueError(f"--resident-images {args.resident_images} must hold at least two batches and "
+                         f"--resident-workers {args.resident_workers} must be >= 0")
+    if args.resident_only:
+        table, row = resident_table(args, device)
+        return Report(NAME, {"settings": run_settings(args, device), "resident": row}, [table], [row["verdict"]])
     print("[data] setting up the image and behaviour DataModules", flush=True)
     sides = {"images": image_side(args, device), "behaviour": behavior_side(args, device)}
     candidates = {}
@@ -186,8 +206,60 @@ def run(args: argparse.Namespace) -> Report:
     verdicts.append(f"augmentation: batched CropFlip {aug_row['ratio']:.1f}x the per-image torchvision loop it replaced")
     jpeg_tables, jpeg_row = jpeg_case(args)
     verdicts.append(jpeg_row["verdict"])
-    result = {"settings": run_settings(args, device), **rows, "augmentation": aug_row, "jpeg224": jpeg_row}
-    return Report(NAME, result, [table, aug_table, *jpeg_tables], verdicts)
+    resident, resident_row = resident_table(args, device)
+    verdicts.append(resident_row["verdict"])
+    result = {"settings": run_settings(args, device), **rows, "augmentation": aug_row, "jpeg224": jpeg_row,
+              "resident": resident_row}
+    return Report(NAME, result, [table, aug_table, *jpeg_tables, resident], verdicts)
+
+
+RESIDENT_BATCH = 512
+
+
+def resident_table(args: argparse.Namespace, device: torch.device) -> tuple[Table, dict]:
+    """Images/s of a training batch ready on ``device``: the ordinary loader (+ the copy) against the
+    device-resident one, on generated CIFAR-shaped data with crop (padding 4) + flip."""
+    from datamodules.images.augment import build_augment
+    from datamodules.images.device_loader import ResumableDeviceLoader
+    from datamodules.images.torch_datasets import InMemoryImages
+    from datamodules.sampler import ResumableLoader, ResumableSampler
+
+    n, batch = args.resident_images, args.batch_size or RESIDENT_BATCH
+    g = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, generator=g)
+    labels = torch.randint(0, 10, (n,), generator=g)
+    mean, std = [0.49, 0.48, 0.45], [0.25, 0.24, 0.26]
+    data = InMemoryImages(images, labels, torch.arange(n), mean, std, build_augment("crop_flip", 32, 32))
+    workers, pin = args.resident_workers, device.type == "cuda"
+    ordinary = LoaderStep(ResumableLoader(data, batch_size=batch, sampler=ResumableSampler(data), drop_last=True,
+                                          num_workers=workers, pin_memory=pin, persistent_workers=workers > 0))
+    resident = LoaderStep(ResumableDeviceLoader(data.to(device), batch_size=batch, sampler=ResumableSampler(data),
+                                                drop_last=True, num_workers=0))
+
+    def ordinary_on_device():
+        x, y = ordinary()
+        return x.to(device, non_blocking=pin), y.to(device, non_blocking=pin)
+
+    steps = max(5, args.data_steps)
+    names = {"ordinary": f"ordinary loader ({workers} workers) + copy to {device.type}",
+             "resident": f"on_device=True ({device.type})"}
+    rates = alternate({
+        names["ordinary"]: lambda: measure_rate(ordinary_on_device, steps=steps, warmup=2, items_per_step=batch,
+                                                device=device),
+        names["resident"]: lambda: measure_rate(resident, steps=steps, warmup=2, items_per_step=batch, device=device),
+    }, args.rounds, unit="images/s")  # fmt: skip
+    before, after = median(rates[names["ordinary"]]), median(rates[names["resident"]])
+    table = Table(f"Images held on the device: training batches of {batch} CIFAR-shaped 3x32x32 images "
+                  f"(crop 4 px + flip), {n:,} images", ["loader", "images/s", "x ordinary"])
+    table.add(names["ordinary"], fmt_rate(before), fmt_ratio(1.0))
+    table.add(names["resident"], fmt_rate(after), fmt_ratio(after / before))
+    table.notes.append(f"median of {args.rounds} alternating rounds x {steps} batches, each ready on {device} "
+                       f"(synchronised); {torch.get_num_threads()} thread(s)")
+    verdict = (f"images on the device: {after:,.0f} images/s against the ordinary loader's {before:,.0f} "
+               f"({after / before:.2f}x, {device.type}, batch {batch})")
+    return table, {"ordinary_images_per_sec": rates[names["ordinary"]],
+                   "resident_images_per_sec": rates[names["resident"]], "ratio": after / before, "batch_size": batch,
+                   "images": n, "workers": workers, "device": str(device), "verdict": verdict}
 
 
 def augmentation_table(info: dict, args: argparse.Namespace) -> tuple[Table, dict]:
