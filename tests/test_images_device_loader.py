@@ -59,6 +59,9 @@ def test_digits_batches_equal_the_ordinary_loaders_every_epoch(cache, monkeypatc
     raw = epochs(make(cache, source="digits", augment="none", batch_size=64, on_device=True).train_dataloader(), 1)
     changed = not torch.equal(raw[0][0][0], b[0][0][0])
     assert changed == (augment != "none")
+    # the labels the analyses read (few-shot), on the CPU wherever the images are
+    targets = resident.train_dataset.targets
+    assert targets.device.type == "cpu" and torch.equal(targets, ordinary.train_dataset.targets)
     # evaluation batches: in order, no augmentation, the same values
     val_a = [(x, y) for x, y in ordinary.val_dataloader()]
     val_b = [(x.cpu(), y.cpu()) for x, y in resident.val_dataloader()]

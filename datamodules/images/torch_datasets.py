@@ -126,7 +126,8 @@ class InMemoryImages(Dataset):
 
     @property
     def targets(self) -> torch.Tensor:
-        return self.labels[self.indices]
+        """The split's labels, on the CPU (also when the images are held on a device)."""
+        return self.labels[self.indices.to(self.labels.device)].cpu()
 
     def _normalise(self, x: torch.Tensor) -> torch.Tensor:
         return x.to(torch.float32).mul_(self.scale).sub_(self.shift)
