@@ -196,6 +196,9 @@ def test_a_rerun_beside_the_reference_reproduced_differs_and_exact(tmp_path):
         for seed, acc in enumerate(accs):
             res = finished(variant, seed, acc, "vit/pooling-cpu", at=f"2026-12-02T0{seed}:00:00+00:00")
             atomic_write_json(root / "vit/pooling-cpu" / variant / f"seed{seed}" / RESULTS_FILE, res)
+    put_record(registry, "vit/pooling", "cpu", "pool=gap,lr=0.002", 0, 0.95, at="2026-12-03T00:00:00+00:00")
+    same = finished("pool=gap,lr=0.002", 0, 0.95, "vit/pooling-cpu", at="2026-12-03T00:00:00+00:00")  # the record's own run
+    atomic_write_json(root / "vit/pooling-cpu" / "pool=gap,lr=0.002" / "seed0" / RESULTS_FILE, same)
     report = render(make_plan("vit/pooling", "cpu", root=root), tmp_path / "fig", registry=registry)
     header, rows = report.reference
     by = {row[0]: dict(zip(header, row)) for row in rows}
@@ -206,13 +209,14 @@ def test_a_rerun_beside_the_reference_reproduced_differs_and_exact(tmp_path):
     assert by["pool=cls,lr=0.002"]["verdict"] == "differs by 17.2 s.e. (lower)"
     assert by["pool=cls,lr=0.008"]["verdict"] == "reproduced exactly (same hardware, same seeds)"
     assert "Other CPU" in by["pool=cls,lr=0.002"]["reference hardware"]
-    for variant in [v for v in by if v.startswith("pool=gap")]:
+    assert by["pool=gap,lr=0.002"]["verdict"] == "the reference's own 1 run: nothing to compare"
+    for variant in [v for v in by if v.startswith("pool=gap") and v != "pool=gap,lr=0.002"]:
         assert by[variant]["verdict"] == "no reference record"
     assert "## Beside the reference" in report.markdown and report.source == "local"
     # no runs of the user's: the report is the reference's own, said so
     alone = render(make_plan("vit/pooling", "cpu", root=tmp_path / "empty"), tmp_path / "fig2", registry=registry)
     assert alone.source == "registry" and alone.reference is None
-    assert "No runs of yours under" in alone.markdown and "this is the reference, the 9 records" in alone.markdown
+    assert "No runs of yours under" in alone.markdown and "this is the reference, the 10 records" in alone.markdown
 
 
 # --------------------------------------------------------------------------- the committed registry

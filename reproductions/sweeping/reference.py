@@ -9,6 +9,8 @@ own; the other side's stands in for it (the seed-to-seed spread is the noise of 
 - **reproduced**: the difference is under 2 standard errors (within the reference's noise);
 - **differs by k s.e.**: k = |difference| / standard error is 2 or more (higher or lower);
 - **one run each**: neither side has a spread, so only the difference is shown;
+- your runs that are the reference's own records (the same run found in both places) are left
+  out of "yours";
 - a seed run on the same hardware (the same CPU and instruction set, or GPU model) as a
   reference record of that seed repeats it exactly when the code and versions are the same:
   such seeds are counted (``exact``: "2 of 3 seeds repeat the reference exactly"); a mismatch
@@ -23,7 +25,7 @@ import math
 from dataclasses import dataclass
 
 from reproductions.results import metric_value, same_hardware
-from reproductions.sweeping.collect import Stat, VariantResults
+from reproductions.sweeping.collect import Stat, VariantResults, same_run
 from reproductions.sweeping.plan import Plan
 from reproductions.sweeping.tables import fmt_stat, markdown_table
 
@@ -46,6 +48,7 @@ class Against:
     difference: float | None
     se: float | None
     exact: tuple[int, int]  # (seeds that repeat the reference exactly, seeds with a same-hardware reference)
+    own: int = 0  # your runs that are the reference's own records (left out of "yours")
 
     @property
     def k(self) -> float | None:
@@ -57,7 +60,7 @@ class Against:
         if self.reference.n == 0:
             return "no reference record"
         if self.yours.n == 0:
-            return "not run"
+            return f"the reference's own {self.own} run{'s' if self.own != 1 else ''}: nothing to compare" if self.own else "not run"
         exact = f"; {self.exact[0]} of {self.exact[1]} seeds repeat the reference exactly" if self.exact[1] else ""
         if self.exact[1] and self.exact[0] == self.exact[1] == self.yours.n:
             return "reproduced exactly (same hardware, same seeds)"
@@ -83,6 +86,8 @@ def against_reference(plan: Plan, yours: list[VariantResults], reference: list[V
     out = []
     for vr in yours:
         ref = ref_by.get(vr.variant.name) or VariantResults(vr.variant)
+        own = [r for r in vr.results if any(same_run(r, x) for x in ref.results)]
+        vr = VariantResults(vr.variant, [r for r in vr.results if not any(r is x for x in own)])
         a, b = ref.column(m), vr.column(m)
         diff = None if a.mean is None or b.mean is None else b.mean - a.mean
         same = exact = 0
@@ -91,7 +96,7 @@ def against_reference(plan: Plan, yours: list[VariantResults], reference: list[V
             if twins:
                 same += 1
                 exact += any(metric_value(x, m.key) == metric_value(r, m.key) for x in twins)
-        out.append(Against(vr.variant.name, a, b, hardware_text(ref.results), diff, _pair_se(a, b), (exact, same)))
+        out.append(Against(vr.variant.name, a, b, hardware_text(ref.results), diff, _pair_se(a, b), (exact, same), len(own)))
     return out
 
 
