@@ -36,7 +36,8 @@ from typing import TextIO
 from reproductions.errors import UsageError
 from reproductions.sweeping.launch import execute, format_duration, last_error, slurm_script, subprocess_runner
 from reproductions.sweeping.plan import LAUNCHERS, check_counts, make_plan
-from reproductions.sweeping.records import SMOKE_PROFILE
+from reproductions.sweeping.publish import log_references
+from reproductions.sweeping.records import SMOKE_PROFILE, records_of
 from reproductions.sweeping.report import write_report
 from reproductions.sweeping.reuse import reuse_finished
 from reproductions.sweeping.spec import DEFAULT_PROFILE, SweepError, profiles_help
@@ -187,6 +188,11 @@ def main(argv: Sequence[str] | None = None, *, runner=subprocess_runner, out: Te
     if not args.no_report:
         try:
             write_report(plan, wandb=args.wandb, out=out, **({"project": args.project} if args.project else {}))
+            if args.wandb and (records := records_of(plan.sweep.id, plan.profile.name)):
+                # the repository's reference runs in the same W&B group, beside the sweep's own
+                log_references(records, project=args.project or "attention-repro", root=plan.root, group=plan.experiment)
+                print(f"W&B: the {len(records)} reference records of results/ in group {plan.experiment} "
+                      f"(job type reference; files under {plan.root / 'registry'})", file=out)
         except Exception as e:  # the runs are safe on disk; the report can be rerun alone
             print(f"report failed: {type(e).__name__}: {e}\nrerun: {plan.sweep_command('report')}", file=out)
             return 1

@@ -114,9 +114,10 @@ def publish(plan: Plan, report, project: str = "attention-repro") -> str:
         run.finish()
 
 
-def log_references(records, *, project: str = "attention-repro", root: str | os.PathLike = "runs") -> list[str]:
+def log_references(records, *, project: str = "attention-repro", root: str | os.PathLike = "runs",
+                   group: str | None = None) -> list[str]:  # fmt: skip
     """Each registry record (``records.Record``) as a W&B run of job type ``reference`` in its
-    sweep's group (the group of the sweep's own runs, ``<sweep>-<profile>``), so a team's charts
+    sweep's group (``group``, default the group of the sweep's own runs, ``<sweep>-<profile>``), so a team's charts
     and tables show the repository's reference beside their runs. Name
     ``<experiment>/<variant>/seed<k>/reference``; tags ``reference``, the variant, the profile,
     the sweep and ``seed<k>``; config: the sweep, profile, variant, seed, overrides, config digest,
@@ -138,14 +139,14 @@ def log_references(records, *, project: str = "attention-repro", root: str | os.
         d = rec.data
         directory = Path(root) / "registry" / d["sweep"] / d["profile"] / d["variant"] / f"seed{d['seed']}"
         directory.mkdir(parents=True, exist_ok=True)
-        group = f"{d['sweep']}-{d['profile']}"
+        group_name = group or f"{d['sweep']}-{d['profile']}"
         run = init_run(dict(
-            project=project, id="ref" + d["id"], resume="allow", group=group, job_type="reference",
-            name=f"{group}/{d['variant']}/seed{d['seed']}/reference",
+            project=project, id="ref" + d["id"], resume="allow", group=group_name, job_type="reference",
+            name=f"{group_name}/{d['variant']}/seed{d['seed']}/reference",
             tags=list(dict.fromkeys(["reference", d["variant"], d["profile"], d["sweep"], f"seed{d['seed']}"])),
             dir=str(directory), mode="offline" if wandb_offline() else "online", reinit="finish_previous",
             config={"sweep": d["sweep"], "profile": d["profile"], "seed_everything": d["seed"],
-                    "run": {"variant": d["variant"], "experiment": group}, "overrides": d["overrides"],
+                    "run": {"variant": d["variant"], "experiment": group_name}, "overrides": d["overrides"],
                     "config_digest": d["config_digest"], "record": d["id"],
                     "facts": {"hardware": d["hardware"], "versions": d["versions"], "git": d["git"], "host": d["host"],
                               "finished_at": d["finished_at"]}},
@@ -160,7 +161,7 @@ def log_references(records, *, project: str = "attention-repro", root: str | os.
                     run.log(logged, step=int(step))
             run.summary.update(results_summary({**d, "status": "finished"}))
             lines.append(f"{rec.path.name}: W&B run {run.id} ({'offline' if wandb_offline() else 'online'}) "
-                         f"in group {group}, {len(rows)} validations")  # fmt: skip
+                         f"in group {group_name}, {len(rows)} validations")  # fmt: skip
         finally:
             run.finish()
     return lines
