@@ -285,3 +285,44 @@ def test_a_listing_is_sorted_and_ignores_what_is_not_an_image(tmp_path):
     assert listing.ignored == 2 and listing.test_dir is None
     assert [f[0] for f in listing.files["train"]] == sorted(f[0] for f in listing.files["train"])
     assert json.loads(json.dumps(listing.stamp)) == listing.stamp
+
+
+# ------------------------------------------------------------------------------------------- symlinked folders
+
+
+def test_symlinked_split_and_class_folders_are_followed_and_their_changes_noticed(cache, tmp_path):
+    """``train -> /disk/train`` (a repository pointed at a shared data disk) lists, checks and prepares as the
+    real folder does, and a file added on the disk is noticed by the warm open's stamp through the link."""
+    disk = tmp_path / "disk"
+    write_jpeg_folder(disk / "real")
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "train").symlink_to(disk / "real" / "train", target_is_directory=True)
+    (linked / "val").mkdir()
+    for name in ("n01", "n02"):  # a class folder that is a link, inside a real split folder
+        (linked / "val" / name).symlink_to(disk / "real" / "val" / name, target_is_directory=True)
+    real_listing, listing = walk(disk / "real"), walk(linked)
+    assert listing.files == real_listing.files and listing.test_dir == "val" and listing.count() == 20
+    sources.check_image_folder(sources.ReadOptions(str(linked), cache_root(cache)))  # raised "no images" before
+    first = open_folder(linked, cache_root(cache), workers=1)
+    assert first.manifest["splits"]["train"]["rows"] == 10
+    assert open_folder(linked, cache_root(cache), workers=1).path == first.path  # warm
+    extra = disk / "real" / "train" / "n02" / "extra.JPEG"
+    extra.write_bytes(jpeg_bytes(np.random.default_rng(7)))  # behind the link: its target folder's mtime
+    added = open_folder(linked, cache_root(cache), workers=1)
+    assert added.path != first.path and added.manifest["splits"]["train"]["rows"] == 11
+    assert len(make(cache, source="folder", data_dir=str(linked), batch_size=4).train_dataset) > 0
+
+
+@pytest.mark.parametrize("where", ["class", "nested"])
+def test_a_symlink_loop_is_named_in_one_line(cache, tmp_path, where):
+    write_jpeg_folder(tmp_path / "imgs", splits=("train",), per_class=2)
+    if where == "class":  # a class folder that is the data folder itself
+        link = tmp_path / "imgs" / "train" / "n03"
+        link.symlink_to(tmp_path / "imgs", target_is_directory=True)
+    else:  # a folder inside a class folder that points back up to the class folder
+        link = tmp_path / "imgs" / "train" / "n01" / "again"
+        link.symlink_to(tmp_path / "imgs" / "train" / "n01", target_is_directory=True)
+    with pytest.raises(ValueError, match="symbolic link loop") as info:
+        walk(tmp_path / "imgs")
+    assert str(info.value).startswith(f"{link}: ") and "\n" not in str(info.value)

@@ -12,6 +12,10 @@ named by it, so a changed folder is prepared again. Its ``stamp`` holds the mtim
 folder's mtime. A warm open compares the stamp (``stamp_matches``: one ``stat`` per directory, none per file)
 instead of walking again, so it does not grow with the number of images. A file rewritten in place under the
 same name changes no directory's mtime: ``repro data prepare`` always walks and notices it.
+
+Symlinked split, class and image folders are followed (``train -> /mnt/disk/train``, as ImageFolder does): paths
+are recorded as seen through the links, sizes, mtimes and the stamp are the targets'. A link to a folder that
+holds it (a loop) stops the walk with one line naming the link.
 """
 
 from __future__ import annotations
@@ -62,24 +66,59 @@ def is_image_name(name: str) -> bool:
     return not name.startswith(".") and name.lower().endswith(IMAGE_EXTENSIONS)
 
 
+class LinkLoop(ValueError):
+    """A symlinked folder that points back to a folder above it (walking it would never end)."""
+
+
+def walk_dirs(top: Path, rel: str = ".", outer: tuple[str, ...] = ()):
+    """Yield ``(directory, relative path, sorted entries)`` for ``top`` and every folder below it, following
+    symlinked folders as ImageFolder does (hidden folders skipped); a link to a folder that holds it (``top``,
+    a folder walked on the way to it, or one of ``outer``: the data root and split folder) raises ``LinkLoop``
+    naming the link."""
+    _check_loop(str(top), os.path.realpath(top), outer)
+    pending = [(Path(top), rel, (*outer, os.path.realpath(top)))]
+    while pending:
+        directory, drel, above = pending.pop()
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        yield directory, drel, entries
+        for entry in entries:  # pushed in name order, walked last first (the order the fingerprint hashes)
+            if entry.name.startswith(".") or not entry.is_dir():
+                continue
+            real = os.path.realpath(entry.path)
+            _check_loop(entry.path, real, above)
+            pending.append((Path(entry.path), f"{drel}/{entry.name}", (*above, real)))
+
+
+def _check_loop(path: str, real: str, above: tuple[str, ...]) -> None:
+    """Raise ``LinkLoop`` if the folder ``path`` (real path ``real``) holds one of the folders ``above`` it."""
+    if any(_within(a, real) for a in above):
+        raise LinkLoop(f"{path}: a symbolic link loop (it points to {real}, which holds the link itself); "
+                       "remove the link or point it at a folder outside its own tree")
+
+
+def _within(path: str, folder: str) -> bool:
+    """Whether the real path ``path`` is ``folder`` or lies below it."""
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def has_image(top: Path) -> bool:
+    """Whether any image lies below ``top`` (symlinked folders followed); stops at the first folder holding one."""
+    return any(any(not e.is_dir() and is_image_name(e.name) for e in entries) for _, _, entries in walk_dirs(top))
+
+
 def _walk_class(folder: Path, rel: str, stamp: dict[str, int], out: list[tuple[str, int, int]], label: int,
-                digest: "hashlib._Hash") -> int:  # fmt: skip
+                digest: "hashlib._Hash", outer: tuple[str, ...] = ()) -> int:  # fmt: skip
     """Every image below ``folder`` (relative path ``rel``) into ``out``; returns how many files were ignored."""
     ignored = 0
-    pending = [(folder, rel)]
-    while pending:
-        directory, drel = pending.pop()
-        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+    for directory, drel, entries in walk_dirs(folder, rel, outer):
         stamp[drel] = directory.stat().st_mtime_ns
         for entry in entries:
-            erel = f"{drel}/{entry.name}"
             if entry.is_dir():
-                if not entry.name.startswith("."):
-                    pending.append((Path(entry.path), erel))
                 continue
             if not is_image_name(entry.name):
                 ignored += 1
                 continue
+            erel = f"{drel}/{entry.name}"
             st = entry.stat()
             out.append((erel, label, st.st_size))
             digest.update(f"{erel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
@@ -114,10 +153,11 @@ def walk(root: str | os.PathLike) -> FolderListing:
     files: dict[str, list[tuple[str, int, int]]] = {}
     ignored = 0
     for split, rel in dirs.items():
+        outer = (str(root), os.path.realpath(root / rel))  # a class folder's link back to these is a loop too
         out: list[tuple[str, int, int]] = []
         for name in classes_by_split[split]:
             crel = name if rel == "." else f"{rel}/{name}"
-            ignored += _walk_class(root / crel, crel, stamp, out, index[name], digest)
+            ignored += _walk_class(root / crel, crel, stamp, out, index[name], digest, outer)
         out.sort()
         files[split] = out
     if not any(files.values()):

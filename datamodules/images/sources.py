@@ -38,7 +38,7 @@ import datasets
 from datamodules.images import arrow
 from datamodules.images.cache import cached_arrays
 from datamodules.images.hub import HubDatasetUnavailableError, load_hub_dataset
-from datamodules.images.listing import IMAGE_EXTENSIONS, is_image_name
+from datamodules.images.listing import IMAGE_EXTENSIONS, has_image, is_image_name
 from datamodules.images.prepared import Prepared, is_prepared_hub, open_folder, open_hub, read_index
 from datamodules.images.readers import (
     FASHION_MNIST_CLASSES,
@@ -346,9 +346,8 @@ def check_image_folder(options: ReadOptions) -> None:
         )
     if read_index(options.cache_root, f"folder:{path.resolve()}") is not None:
         return
-    for _, _, files in os.walk(path):  # stops at the first folder holding an image
-        if any(is_image_name(f) for f in files):
-            return
+    if has_image(path):  # stops at the first folder holding an image; follows symlinked folders
+        return
     raise FileNotFoundError(
         f"no images ({', '.join(IMAGE_EXTENSIONS)}) found under data_dir {str(path)!r}: source='folder' needs "
         "one sub-folder of images per class, e.g. <data_dir>/cat/0001.png"
