@@ -67,7 +67,7 @@ from lightning_modules.csv_logger import ResumableCSVLogger
 from reproductions.artifacts import log_checkpoints
 from reproductions.ckpt_paths import is_keyword, keyword_checkpoint, merge_model, read_checkpoint, resume_point
 from reproductions.errors import RunFailed, RunInterrupted, UsageError, config_message, exception_chain, one_line
-from reproductions.errors import parser_error
+from reproductions.errors import config_files, parser_error, yaml_syntax_message
 from reproductions.rendezvous import bound_rendezvous, check_launch, exit_on_signal
 from reproductions.results import RESULTS_FILE, environment, fit_record, git_at_end, git_state, write_results
 from reproductions.run_config import SaveAndLogConfig, count_limits_as_ints
@@ -179,7 +179,8 @@ class ReproductionCLI(LightningCLI):
         try:
             super().parse_arguments(parser, args)
         except argparse.ArgumentError as e:
-            raise UsageError(parser_error(e, self._option_names())) from e
+            syntax = yaml_syntax_message(e, config_files(self.cli_args))  # a --config file that is not YAML
+            raise UsageError(syntax or parser_error(e, self._option_names())) from e
 
     def _parse_ckpt_path(self) -> None:
         """Check ``--ckpt_path`` (exists, is a checkpoint, loads weights-only) before anything is

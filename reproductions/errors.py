@@ -292,6 +292,69 @@ def describe(exc: BaseException) -> tuple[str, int]:
     return one_line(f"{type(exc).__name__}: {first}; rerun with --debug for the traceback"), 1
 
 
+def _yaml_error(exc: BaseException):
+    """The YAML syntax error (``yaml.MarkedYAMLError``) in ``exc``'s chain, or None."""
+    try:
+        import yaml
+    except ImportError:  # pragma: no cover - jsonargparse needs it
+        return None
+    return next((e for e in exception_chain(exc) if isinstance(e, yaml.MarkedYAMLError)), None)
+
+
+def _yaml_problem(error, text: str | None) -> tuple[str, str]:
+    """``(what is wrong, what to do)`` for a YAML syntax error, the tab in an indentation named as such."""
+    mark = error.problem_mark
+    lines = text.splitlines() if text is not None else []
+    before = lines[mark.line][: mark.column + 1] if mark is not None and mark.line < len(lines) else ""
+    problem = str(error.problem)
+    if "'\\t'" in problem or "tab character" in problem or (before.strip() == "" and "\t" in before):
+        return ("a tab character where YAML expects spaces (YAML indents with spaces, never tabs)",
+                "replace the tab with spaces")
+    what = str(error.problem or error.context or "invalid YAML").replace("'<stream end>'", "the end of the file")
+    if error.context and error.problem:
+        where = error.context_mark
+        start = f" that starts at line {where.line + 1}, column {where.column + 1}" if where is not None else ""
+        what = f"{what} ({error.context}{start})"
+    return what, "fix the YAML syntax there (an unclosed bracket or quote, a missing ':' or a bad indentation)"
+
+
+def yaml_syntax_message(exc: BaseException, config_files: Sequence[str] = ()) -> str | None:
+    """A YAML syntax error in ``exc``'s chain as one line naming the file, line and column and what is wrong
+    (``--config bad.yaml, line 2, column 1: a tab character where YAML expects spaces ...; replace the tab with
+    spaces``);
+    the file is the first of ``config_files`` that fails to load the same way. None if there is no such error."""
+    error = _yaml_error(exc)
+    if error is None:
+        return None
+    import yaml
+
+    for name in config_files:
+        try:
+            text = Path(name).expanduser().read_text()
+            yaml.safe_load(text)
+        except yaml.MarkedYAMLError as again:
+            what, todo = _yaml_problem(again, text)
+            mark = again.problem_mark
+            return one_line(f"--config {name}, line {mark.line + 1}, column {mark.column + 1}: {what}; {todo}")
+        except (OSError, UnicodeDecodeError):
+            continue
+    what, todo = _yaml_problem(error, None)
+    mark = error.problem_mark
+    where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "somewhere"
+    return one_line(f"a config could not be parsed as YAML, {where}: {what}; {todo}")
+
+
+def config_files(argv: Sequence[str]) -> list[str]:
+    """The files a command line names with ``--config X`` or ``--config=X``, in order."""
+    files = []
+    for k, arg in enumerate(argv):
+        if arg == "--config" and k + 1 < len(argv):
+            files.append(argv[k + 1])
+        elif arg.startswith("--config="):
+            files.append(arg.split("=", 1)[1])
+    return files
+
+
 def config_message(exc: BaseException) -> str:
     """What is wrong with a config that could not be parsed or instantiated, as one line: the
     message of this repository's own check if there is one, else jsonargparse's, shortened."""

@@ -236,6 +236,22 @@ def test_usage_errors_end_in_one_line_before_any_data_is_loaded(case, args, need
     assert not cache.exists() and not (tmp_path / "hf").exists()  # no data loaded (BST: nothing generated)
 
 
+@pytest.mark.parametrize("case, text, needles", [
+    ("tab in the indentation", "trainer:\n\tmax_epochs: 1\n",
+     ["line 2, column 1: a tab character", "YAML indents with spaces", "replace the tab with spaces"]),
+    ("unclosed bracket", "trainer:\n  max_epochs: 1\ndata:\n  init_args:\n    crop: [1, 2\n",
+     ["line 6, column 1: expected ',' or ']', but got the end of the file", "flow sequence that starts at line 5"]),
+])
+def test_a_yaml_syntax_error_names_the_file_line_and_column(case, text, needles, tmp_path, capfd, monkeypatch):
+    """Two --config files, the second not YAML: the line names that file (not the first), the line and column."""
+    bad = tmp_path / "overlay.yaml"
+    bad.write_text(text)
+    result = repro_here("fit", "--config", DIGITS, "--config", str(bad), "--run.root", str(tmp_path / "runs"),
+                        case=f"YAML: {case}", capfd=capfd, monkeypatch=monkeypatch)
+    usage_error(result, f"--config {bad}, ", *needles)
+    assert DIGITS not in result.last and not (tmp_path / "runs").exists()
+
+
 def test_text_file_as_checkpoint_and_run_root_under_a_file(tmp_path, capfd, monkeypatch):
     text = tmp_path / "notes.txt"
     for first in ("hello", "a b", "total", "shape"):  # a pickle reader fails on these in different ways
