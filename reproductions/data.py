@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from reproductions.errors import ReproError, UsageError
+from reproductions.errors import ReproError, UsageError, yaml_syntax_message
 
 DATA_CLASS = "datamodules.images.ImageDataModule"
 
@@ -53,7 +53,10 @@ def data_settings(config: str | None, source: str | None, extra: list[str]) -> d
     """The ImageDataModule keywords: the config's ``data.init_args``, then ``--source``, then ``--data.KEY VALUE``."""
     settings: dict[str, Any] = {}
     if config:
-        data = (yaml.safe_load(Path(config).read_text()) or {}).get("data") or {}
+        try:
+            data = (yaml.safe_load(Path(config).read_text()) or {}).get("data") or {}
+        except yaml.MarkedYAMLError as e:
+            raise UsageError(yaml_syntax_message(e, [config]) or str(e)) from e
         if data.get("class_path", DATA_CLASS) != DATA_CLASS:
             raise ValueError(f"{config}: data is {data.get('class_path')}; `data` prepares {DATA_CLASS} only")
         settings.update(data.get("init_args") or {})

@@ -173,3 +173,11 @@ def test_prepare_into_a_cache_dir_that_cannot_be_written_ends_in_one_line(tmp_pa
     assert "Traceback" not in err and "Preparing" not in err
     assert (tmp_path / "a-file").read_text() == "not a directory" if kind != "read-only directory" else \
         list(cache.iterdir()) == []  # fmt: skip
+
+
+def test_a_config_that_is_not_yaml_is_named_with_its_line(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("data:\n\tinit_args: {}\n")
+    assert main(["data", "prepare", "--config", str(bad)]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith(f"error: --config {bad}, line 2, column 1: a tab character"), last
