@@ -12,6 +12,11 @@ pid dead or recycled; or the same SLURM job, requeued onto another node) is stal
 takes it over and says so in one line. A lock held on another host cannot be checked from here;
 the message says which file to delete once that run is known to be gone.
 
+A launcher (``repro sweep``) takes a run's lock before it touches the run's files (its
+``stdout.log``) and holds it for the run it starts (``for_children``): that run, a process below
+the launcher, continues under the launcher's lock instead of refusing it; any other process is
+refused as before, so two sweeps of one root never write into one run.
+
 Overwrite. ``fit`` into a directory whose ``results.json`` says ``finished`` refuses unless
 ``--run.overwrite true``; resuming the run's own checkpoint is allowed (it continues that run).
 """
@@ -112,15 +117,41 @@ def read_holder(run_dir: str | os.PathLike, *, wait: bool = False) -> dict | Non
     return {}
 
 
+def _parent_pid(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _ancestors() -> list[int]:
+    """This process's parent, its parent's parent, ... (``/proc``; just the parent where there is none)."""
+    chain, pid = [], os.getppid()
+    while pid and pid > 1 and pid not in chain and len(chain) < 32:
+        chain.append(pid)
+        pid = _parent_pid(pid) if Path("/proc").is_dir() else None
+    return chain
+
+
+def held_for_us(holder: dict) -> bool:
+    """Whether ``holder`` is a launcher's lock (``for_children``) held by this process or one above it."""
+    if not holder.get("for_children") or holder.get("host") != platform.node():
+        return False
+    pid = holder.get("pid")
+    return isinstance(pid, int) and (pid == os.getpid() or pid in _ancestors())
+
+
 class RunDirLock:
     """``with RunDirLock(run_dir, command): ...``; see the module docstring."""
 
-    def __init__(self, run_dir: str | os.PathLike, command: str = "", *, say=print) -> None:
+    def __init__(self, run_dir: str | os.PathLike, command: str = "", *, say=print, for_children: bool = False) -> None:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / LOCK_FILE
         self.command = command
         self.say = say
+        self.for_children = for_children  # a launcher's lock, held for the run it starts
         self.held = False
+        self.inherited = False  # the lock is a launcher's above this process (held for it)
         self.took_over: dict | None = None
 
     def _content(self) -> dict[str, Any]:
@@ -131,6 +162,7 @@ class RunDirLock:
             "command": self.command,
             "proc_start": _proc_start_ticks(os.getpid()),
             "slurm_job": slurm_job(),
+            **({"for_children": True} if self.for_children else {}),
         }
 
     def acquire(self) -> None:
@@ -142,6 +174,9 @@ class RunDirLock:
                 holder = read_holder(self.run_dir, wait=True)
                 if holder is None:
                     continue  # released meanwhile: try again
+                if held_for_us(holder):
+                    self.inherited = True
+                    return
                 if holder and not is_stale(holder):
                     raise RunDirBusy(
                         f"run directory {self.run_dir} is in use by another run ({describe_holder(holder)}: "

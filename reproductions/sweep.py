@@ -174,12 +174,19 @@ def main(argv: Sequence[str] | None = None, *, runner=subprocess_runner, out: Te
         print(f"\ninterrupted: rerun the same command to continue ({plan.sweep_command()})", file=out)
         return 130
     failures = [o for o in outcomes if o.failed]
+    held = [o for o in outcomes if o.held_by is not None]
     print(
-        f"\nsweep {plan.experiment}: {len(outcomes) - len(failures)} finished, {len(failures)} failed, "
+        f"\nsweep {plan.experiment}: {len(outcomes) - len(failures) - len(held)} finished, {len(failures)} failed, "
         f"{len(finished)} skipped (already finished)" + (f", {len(reused)} reused" if reused else "")
+        + (f", {len(held)} held by another process (not run here)" if held else "")
         + f" in {format_duration(time.monotonic() - started)}",
         file=out,
     )
+    if held:
+        print("runs another process holds (its sweep or run is writing them; rerun this sweep once it has ended):",
+              file=out)
+        for o in held:
+            print(f"  {o.run.label}: {o.run.run_dir} in use by {o.held_by}", file=out)
     if failures:
         print("failed runs (rerun the sweep to retry them; finished runs are skipped):", file=out)
         for o in failures:
@@ -196,9 +203,9 @@ def main(argv: Sequence[str] | None = None, *, runner=subprocess_runner, out: Te
         except Exception as e:  # the runs are safe on disk; the report can be rerun alone
             print(f"report failed: {type(e).__name__}: {e}\nrerun: {plan.sweep_command('report')}", file=out)
             return 1
-    if plan.profile.name != SMOKE_PROFILE and len(outcomes) > len(failures):
+    if plan.profile.name != SMOKE_PROFILE and len(outcomes) > len(failures) + len(held):
         print(f"keep the finished runs as the reference (results/): repro registry add {plan.experiment_dir}", file=out)
-    return 1 if failures else 0
+    return 1 if failures or held else 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -128,3 +128,68 @@ def test_runs_start_in_the_repository_root_from_any_directory(tmp_path, monkeypa
     cwd, module = run.log_path.read_text().splitlines()[1:3]  # after the "$ command" line
     assert Path(cwd).resolve() == REPO
     assert Path(module).resolve() == REPO / "reproductions" / "__init__.py"
+
+
+# --------------------------------------------------------------------------- two sweeps of one root
+
+
+_HOLD = """
+import sys, time
+from reproductions.rundir import RunDirLock
+lock = RunDirLock(sys.argv[1], "repro sweep (the other one)", for_children=True)
+lock.acquire()
+print("held", flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_run_another_process_holds_is_left_alone_and_reported_as_held(tmp_path):
+    """A second sweep of the same root: the run the first one is running keeps its log and files (the second
+    does not truncate them), the second says which run is held and by whom, and does not count it finished."""
+    import io
+
+    from tests.sweep_helpers import fake_runner
+
+    root = tmp_path / "runs"
+    plan = make_plan(load_sweep("vit/patch_size"), "smoke", root=root)
+    busy = plan.runs[0]
+    busy.run_dir.mkdir(parents=True)
+    busy.log_path.write_text("the first sweep's output\n")
+    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(busy.run_dir)], cwd=REPO, stdout=subprocess.PIPE,
+                              text=True, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        calls, out = [], io.StringIO()
+        rc = sweep_main(["vit/patch_size", "--profile", "smoke", "--root", str(root), "--no-report"],
+                        runner=fake_runner(calls=calls), out=out)  # fmt: skip
+    finally:
+        holder.kill()
+        holder.wait()
+    text = out.getvalue()
+    assert rc == 1 and busy.label not in calls and len(calls) == len(plan.runs) - 1
+    assert busy.log_path.read_text() == "the first sweep's output\n"  # untouched
+    assert not (busy.run_dir / RESULTS_FILE).exists()
+    assert f"{len(plan.runs) - 1} finished, 0 failed" in text and "1 held by another process" in text
+    assert f"{busy.run_dir} in use by pid {holder.pid}" in text, text
+
+
+def test_the_run_a_sweep_starts_continues_under_the_sweeps_lock(tmp_path):
+    """The launcher holds the lock for the run it starts: a process below it inherits the lock, one
+    elsewhere is refused."""
+    from reproductions.rundir import RunDirLock
+
+    outer = RunDirLock(tmp_path, "sweep", for_children=True)
+    outer.acquire()
+    child = subprocess.run([sys.executable, "-c", "import sys; from reproductions.rundir import RunDirLock; "
+                            "l = RunDirLock(sys.argv[1]); l.acquire(); print(l.inherited, l.held)", str(tmp_path)],
+                           cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert child.stdout.split() == ["True", "False"], child.stderr[-2000:]
+    assert (tmp_path / "run.lock").exists()  # the run's end does not release the launcher's lock
+    outer.release()
+    plain = RunDirLock(tmp_path / "b", "a run")
+    plain.acquire()
+    other = subprocess.run([sys.executable, "-c", "import sys; from reproductions.rundir import RunDirLock; "
+                            "RunDirLock(sys.argv[1]).acquire()", str(tmp_path / "b")],
+                           cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert other.returncode != 0 and "RunDirBusy" in other.stderr  # without for_children: refused as before
+    plain.release()

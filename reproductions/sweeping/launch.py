@@ -6,6 +6,9 @@ Each run is ``python -m reproductions fit ...`` in a subprocess started in the r
 -e .``; its output goes to ``<run dir>/stdout.log`` (streamed as it runs, so not an atomic
 write). A run whose ``results.json`` says finished counts as done; a failed run is logged,
 never stops the others, and is listed with the most telling line of its log (``last_error``).
+A run's files are touched only under its lock (``reproductions/rundir.py``): the launcher takes
+it before writing the log and holds it for the run it starts; a run whose lock another process
+holds (a second sweep of the same root) is left alone, its log untouched, and reported as held.
 
 Why a hand-written runner rather than W&B sweeps (or another scheduler): a W&B sweep needs a
 W&B server to hand out the grid, and the runs must work offline; here each run is a plain CLI
@@ -31,6 +34,7 @@ from pathlib import Path
 from typing import TextIO
 
 from reproductions.results import metric_value, read_results
+from reproductions.rundir import RunDirBusy, RunDirLock, describe_holder, read_holder
 from reproductions.sweeping.plan import Plan, Run, run_path
 from reproductions.sweeping.spec import REPO_ROOT, Sweep, SweepError
 
@@ -77,10 +81,11 @@ class Outcome:
     returncode: int
     seconds: float
     finished: bool  # results.json says finished
+    held_by: str | None = None  # another process held the run's lock: not run here, nothing touched
 
     @property
     def failed(self) -> bool:
-        return not self.finished
+        return not self.finished and self.held_by is None
 
 
 def run_env(jobs: int = 1, threads: int | None = None) -> dict[str, str]:
@@ -162,15 +167,29 @@ def execute(
     def one(k: int, run: Run) -> Outcome:
         with lock:
             line = progress_line(k, n, run.label, clock() - start, durations, plan.jobs)
-        say(f"{line}\n    log: {run.log_path}")
         t0 = clock()
+        run_lock = RunDirLock(run.run_dir, shlex.join(run.command), say=say, for_children=True)
         try:
-            rc = runner(run, env)
-        except Exception as e:  # a runner that cannot start the run (e.g. no such executable)
-            run.run_dir.mkdir(parents=True, exist_ok=True)
-            with open(run.log_path, "a") as log:
-                log.write(f"\nsweep: could not run: {type(e).__name__}: {e}\n")
-            rc = -1
+            run_lock.acquire()
+        except RunDirBusy:
+            holder = read_holder(run.run_dir) or {}
+            outcome = Outcome(run, -1, 0.0, False, held_by=describe_holder(holder) if holder else "another process")
+            with lock:
+                outcomes.append(outcome)
+            say(f"{line}\n    HELD {run.label}: {run.run_dir} is in use by {outcome.held_by}; not run here, "
+                "its files left as they are")
+            return outcome
+        say(f"{line}\n    log: {run.log_path}")
+        try:
+            try:
+                rc = runner(run, env)
+            except Exception as e:  # a runner that cannot start the run (e.g. no such executable)
+                run.run_dir.mkdir(parents=True, exist_ok=True)
+                with open(run.log_path, "a") as log:
+                    log.write(f"\nsweep: could not run: {type(e).__name__}: {e}\n")
+                rc = -1
+        finally:
+            run_lock.release()
         seconds = clock() - t0
         finished = read_results(run.run_dir) is not None
         outcome = Outcome(run, rc, seconds, finished)
