@@ -15,6 +15,7 @@ import yaml
 from reproductions.report import main as report_main
 from reproductions.sweep import main as sweep_main
 from reproductions.sweeping.plan import cli_value, make_plan
+from reproductions.sweeping.estimate import resolved_config
 from reproductions.sweeping.spec import SweepError, load_sweep
 from tests.images_helpers import write_folder
 from tests.sweep_helpers import REPO, SWEEPS, config_value, sets, write_sweep
@@ -112,8 +113,12 @@ def test_every_profile_builds_through_the_cli(sweep, profile, tmp_path):
         s = load_sweep(sweep)
         return {**s.overrides, **s.profile(profile).overrides}
 
+    def folder(sweep, profile):  # set by an override or by an overlay config (the h200 profiles')
+        plan = make_plan(sweep, profile, seeds=1)
+        return any(resolved_config(plan, r)["data"]["init_args"].get("source") == "folder" for r in plan.runs)
+
     extra, replaced = [], set()
-    if plan_overrides(sweep, profile).get("data.init_args.source") == "folder":  # the user's folder, after '--'
+    if folder(sweep, profile):  # the user's folder, after '--'
         write_folder(tmp_path / "images", classes=[f"c{i}" for i in range(10)], per_class=1, size=(32, 32))
         extra, replaced = ["--data.data_dir", str(tmp_path / "images")], {"data.init_args.data_dir"}
     for run in make_plan(sweep, profile, root=tmp_path, seeds=1, extra=extra).runs:  # seeds differ only in one number

@@ -166,7 +166,7 @@ def default_experiment(sweep: Sweep, profile: str) -> str:
     return f"{sweep.id}-{profile}"
 
 
-def _resolve_base(sweep: Sweep, base: str) -> Path:
+def resolve_base(sweep: Sweep, base: str) -> Path:
     path = Path(base)
     for candidate in ([path] if path.is_absolute() else [REPO_ROOT / path, sweep.path.parent / path]):
         if candidate.is_file():
@@ -203,7 +203,7 @@ def make_plan(
         raise SweepError(f"seeds={seeds} must be at least 1")
     if jobs is not None and jobs < 1:
         raise SweepError(f"jobs={jobs} must be at least 1")
-    base = _resolve_base(sweep, prof.base or sweep.base)
+    base = resolve_base(sweep, prof.base or sweep.base)
     seed_list = list(range(seeds)) if seeds is not None else (prof.seeds or sweep.seeds)
     variants = prof.variants or sweep.variants
     experiment = experiment or default_experiment(sweep, profile)
@@ -216,10 +216,10 @@ def make_plan(
     tags = list(dict.fromkeys([sweep.axis, profile, sweep.id]))
     overlays: list[str] = []
     for c in prof.configs:
-        overlays += ["--config", run_path(_display_path(_resolve_base(sweep, c)))]
+        overlays += ["--config", run_path(_display_path(resolve_base(sweep, c)))]
     runs = []
     for variant in variants:
-        config = _resolve_base(sweep, variant.base) if variant.base else base
+        config = resolve_base(sweep, variant.base) if variant.base else base
         for seed in seed_list:
             args = [
                 "fit", "--config", run_path(_display_path(config)), *overlays,

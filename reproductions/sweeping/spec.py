@@ -46,7 +46,9 @@ run's base config and before the overrides, e.g. a data source: ``reproductions/
 and may replace ``base``, ``seeds``, ``variants`` or
 ``product`` (e.g. the patch sizes an image size allows), set ``jobs`` (runs at once) and
 ``threads`` (CPU threads per run), and give ``report`` keys that replace the sweep's for that
-profile (e.g. another ``target`` and ``budget_s``).
+profile (e.g. another ``target`` and ``budget_s``). A profile sized for one machine states its
+expected time there in ``device_s`` (seconds for all its runs at its seeds: the ``h200`` profiles,
+estimated by ``reproductions.sweeping.estimate``).
 A variant with a ``paper`` value gives it as a number, or ``{value: x, unverified: true}``.
 A variant with a ``base`` runs its own experiment config (e.g. one model per config: WDL, DIN,
 BST), which wins over the profile's and the sweep's ``base``; the overrides apply on top as usual.
@@ -76,7 +78,7 @@ _SWEEP_KEYS = {
     "references", "claims", "report", "metric", "columns", "profiles",
 }  # fmt: skip
 _PROFILE_KEYS = {"description", "scale", "base", "configs", "seeds", "jobs", "threads", "overrides", "variants", "product",
-                 "report"}
+                 "report", "device_s"}
 _SCALE_KEYS = {"axis", "value", "data"}
 #: a profile's ``scale.axis`` -> how its value is named (``dataset``: the value is the data set's name)
 SCALE_AXES = {"tokens": "tokens", "train_images": "training images", "samples": "samples", "dataset": "data set"}
@@ -173,6 +175,7 @@ class Profile:
     configs: list[str] = field(default_factory=list)  # overlay configs after each run's base (a data source)
     scale: Scale | None = None
     report: dict[str, Any] = field(default_factory=dict)  # report keys for this profile, over the sweep's
+    device_s: float | None = None  # expected seconds for all its runs on the machine it is sized for
 
 
 @dataclass
@@ -396,6 +399,9 @@ def load_sweep(ref: str | os.PathLike) -> Sweep:
         configs = spec.get("configs") or []
         if not isinstance(configs, list) or not all(isinstance(c, str) for c in configs):
             raise SweepError(f"{w}.configs={configs!r}: expected a list of config paths")
+        device_s = spec.get("device_s")
+        if device_s is not None and (isinstance(device_s, bool) or not isinstance(device_s, (int, float)) or device_s <= 0):
+            raise SweepError(f"{w}.device_s={device_s!r} must be a positive number of seconds (the expected device time)")
         report = spec.get("report") or {}
         if not isinstance(report, dict):
             raise SweepError(f"{w}.report={report!r}: expected a mapping of report keys (e.g. {{target: 0.93, budget_s: 600}})")
@@ -411,6 +417,7 @@ def load_sweep(ref: str | os.PathLike) -> Sweep:
             configs=configs,
             scale=_scale(f"{w}.scale", spec["scale"]) if "scale" in spec else None,
             report=dict(report),
+            device_s=device_s,
         )
     for v in variants + [v for p in profiles.values() for v in (p.variants or [])]:
         unknown = sorted(set(v.paper) - known_refs)
