@@ -70,11 +70,26 @@ def _registry_label(registry: str) -> str:
     return "results/" if _is_default(registry, "results") else registry
 
 
+def same_picture(a: bytes, b: bytes, tolerance: float = 2.0) -> bool:
+    """Whether two PNGs show the same picture: equal bytes, or the same size with a mean pixel
+    difference under ``tolerance`` (of 255): another machine's font rasteriser may move a few
+    pixels of a label without changing the figure."""
+    if a == b:
+        return True
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    x, y = (np.asarray(Image.open(io.BytesIO(d)).convert("RGB"), dtype=np.float32) for d in (a, b))
+    return x.shape == y.shape and float(np.abs(x - y).mean()) < tolerance
+
+
 def page_differences(page) -> list[Path]:
-    """The page and figures whose file differs from what ``page`` holds (or is missing), and the
-    figures in its folder that it no longer shows."""
+    """The page and figures whose file differs from what ``page`` holds (or is missing; a figure
+    by its picture, ``same_picture``), and the figures in its folder that it no longer shows."""
     stale = [] if page.path.is_file() and page.path.read_text() == page.markdown else [page.path]
-    stale += [p for p, data in page.figures.items() if not p.is_file() or p.read_bytes() != data]
+    stale += [p for p, data in page.figures.items() if not p.is_file() or not same_picture(p.read_bytes(), data)]
     return stale + page.stale_figures()
 
 

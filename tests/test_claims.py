@@ -213,3 +213,26 @@ def test_check_compares_the_page_and_figures_and_a_write_removes_figures_no_long
     old.write_bytes(PNG)
     assert claims_main([*argv, "--check"]) == 1 and f"out of date: {old}" in capsys.readouterr().out
     assert claims_main(argv) == 0 and not old.exists() and len(list(figures.glob("*.png"))) == 2
+
+
+def test_same_picture_tolerates_a_few_moved_pixels_not_another_figure(tmp_path):
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from reproductions.claims import same_picture
+
+    def png(array) -> bytes:
+        buf = io.BytesIO()
+        Image.fromarray(array.astype(np.uint8)).save(buf, format="PNG")
+        return buf.getvalue()
+
+    base = np.full((60, 80, 3), 255)
+    base[20:40, 10:70] = 0
+    moved = base.copy()
+    moved[20, 10:14] = 255  # a few pixels of a label
+    other = np.full((60, 80, 3), 255)
+    other[5:55, 30:50] = 0
+    assert same_picture(png(base), png(base)) and same_picture(png(base), png(moved))
+    assert not same_picture(png(base), png(other)) and not same_picture(png(base), png(base[:50]))
