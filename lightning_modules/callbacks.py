@@ -30,10 +30,13 @@ class TrainingClock(Callback):
     the time between consecutive batch ends: data loading, forward, backward and optimiser
     step are included, validation is not. Samples are summed over all processes (the
     per-process batch times the world size), so the number is the job's global rate.
-    Logged each epoch as ``train/samples_per_sec``; totals are in ``summary()``. At the end of
-    every validation during fit it logs ``time/fit_elapsed_s``, the wall time since fit started
-    (validation included), beside the validation metrics: accuracy against wall time, the
-    time-to-accuracy curve.
+    Logged each epoch as ``train/samples_per_sec``, the sum over the processes of each one's own
+    rate (its samples over its own timed time: the job's rate); totals are in ``summary()``. At the
+    end of every validation during fit it logs ``time/fit_elapsed_s``, the wall time since fit
+    started (validation included) by the clock of process 0, beside the validation metrics:
+    accuracy against wall time, the time-to-accuracy curve. Both are reduced across the processes
+    (``sync_dist``) the way they are defined, so under DDP every process takes part and the logged
+    number is the stated one.
 
     A run resumed from a checkpoint continues the totals: the clock's state (fit time, timed
     training time and samples so far, the current epoch's part included) is saved in every
@@ -81,7 +84,9 @@ class TrainingClock(Callback):
 
     def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if trainer.state.fn == "fit" and not trainer.sanity_checking and self._fit_start is not None:
-            pl_module.log("time/fit_elapsed_s", self.elapsed(), on_epoch=True)
+            # process 0's clock: every process joins the reduction, the others add nothing
+            elapsed = self.elapsed() if trainer.is_global_zero else 0.0
+            pl_module.log("time/fit_elapsed_s", elapsed, on_epoch=True, sync_dist=True, reduce_fx="sum")
 
     def on_train_epoch_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._last = time.perf_counter()
@@ -103,8 +108,9 @@ class TrainingClock(Callback):
     def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self.train_time_s += self._epoch_time
         self.samples += self._epoch_samples
-        if self._epoch_time > 0:
-            pl_module.log("train/samples_per_sec", self._epoch_samples / self._epoch_time, on_epoch=True)
+        if self._epoch_time > 0:  # the same number of timed batches in every process: all log, or none
+            own_rate = self._epoch_samples / max(trainer.world_size, 1) / self._epoch_time  # this process's
+            pl_module.log("train/samples_per_sec", own_rate, on_epoch=True, sync_dist=True, reduce_fx="sum")
         self._epoch_time = 0.0  # counted: a checkpoint saved now must not count it again
         self._epoch_samples = 0
 

@@ -77,6 +77,30 @@ def resume_point(ckpt_path, run_dir: Path, *, requeued: bool) -> tuple[Path | No
     return Path(ckpt_path), step
 
 
+def checkpoint_epochs(checkpoint: dict) -> int | None:
+    """The epochs a training checkpoint has trained (every training batch run; a checkpoint taken at an epoch's
+    end counts that epoch), None if it does not say."""
+    try:
+        current = checkpoint["loops"]["fit_loop"]["epoch_progress"]["current"]
+        return int(max(current["processed"], current["completed"]))
+    except (KeyError, TypeError, ValueError):
+        epoch = checkpoint.get("epoch") if isinstance(checkpoint, dict) else None
+        return int(epoch) if isinstance(epoch, int) else None
+
+
+def check_max_epochs(ckpt_path, checkpoint: dict | None, max_epochs) -> None:
+    """A fit from ``checkpoint`` with ``--trainer.max_epochs`` below the epochs it has done cannot continue:
+    refused (UsageError) before anything is touched, naming both numbers (Lightning would stop with a
+    MisconfigurationException after the run had started)."""
+    if not ckpt_path or checkpoint is None or max_epochs is None or max_epochs == -1:
+        return
+    done = checkpoint_epochs(checkpoint)
+    if done is not None and done > max_epochs:
+        raise UsageError(f"--trainer.max_epochs {max_epochs} is below the {done} epochs --ckpt_path {ckpt_path} has "
+                         f"already trained; give --trainer.max_epochs {done} or more to continue it (or leave out "
+                         "--ckpt_path to start afresh)")
+
+
 def merge_model(parser, config, subcommand: str, ckpt_path, checkpoint: dict):
     """``config`` with the checkpoint's model: refused (UsageError) if the config gives any model setting
     differently; what the config leaves unset is taken from the checkpoint (Lightning's rule), except the

@@ -65,9 +65,17 @@ from lightning_modules.callbacks import (
 from lightning_modules.checkpoint_io import AtomicCheckpointIO, CheckpointWriteError
 from lightning_modules.csv_logger import ResumableCSVLogger
 from reproductions.artifacts import log_checkpoints
-from reproductions.ckpt_paths import is_keyword, keyword_checkpoint, merge_model, read_checkpoint, resume_point
+from reproductions.ckpt_paths import (
+    check_max_epochs,
+    is_keyword,
+    keyword_checkpoint,
+    merge_model,
+    read_checkpoint,
+    resume_point,
+)
 from reproductions.errors import RunFailed, RunInterrupted, UsageError, config_message, exception_chain, one_line
 from reproductions.errors import config_files, parser_error, yaml_syntax_message
+from reproductions.quiet import silence_lightning_noise
 from reproductions.rendezvous import bound_rendezvous, check_launch, exit_on_signal
 from reproductions.results import RESULTS_FILE, environment, fit_record, git_at_end, git_state, write_results
 from reproductions.run_config import SaveAndLogConfig, count_limits_as_ints
@@ -154,6 +162,7 @@ class ReproductionCLI(LightningCLI):
         self.cli_args = [str(a) for a in (sys.argv[1:] if given is None else given)] if not isinstance(
             given, dict) else []
         self.resume_from: Path | None = None  # a checkpoint of this run directory that fit resumes
+        self.checkpoint: dict | None = None  # the --ckpt_path checkpoint, read once (weights only)
         self.resume_step: int | None = None
         self.git_at_start: dict | None = None  # set when fit starts (before_fit)
         self.signals = StopSignals(self)
@@ -191,10 +200,12 @@ class ReproductionCLI(LightningCLI):
         ckpt_path = self.config[subcommand].get("ckpt_path")
         if not ckpt_path or is_keyword(ckpt_path):
             return
-        self.config = merge_model(self.parser, self.config, subcommand, ckpt_path, read_checkpoint(ckpt_path))
+        self.checkpoint = read_checkpoint(ckpt_path)
+        self.config = merge_model(self.parser, self.config, subcommand, ckpt_path, self.checkpoint)
 
     # ------------------------------------------------------------------ run directory
     def before_instantiate_classes(self) -> None:
+        silence_lightning_noise(self.subcommand)  # Lightning's warnings that do not apply (--debug: all)
         cfg = self.config[self.subcommand]
         run = cfg.run
         self.experiment = run.experiment or experiment_name(cfg.get("config") or [])
@@ -212,12 +223,14 @@ class ReproductionCLI(LightningCLI):
         if keyword in ("last", "best"):  # this run directory's; checked like a path
             path = keyword_checkpoint(keyword, self.run_dir)
             checkpoint = read_checkpoint(path, what=f"--ckpt_path {keyword}")
+            self.checkpoint = checkpoint
             self.config = merge_model(self.parser, self.config, self.subcommand, path, checkpoint)
             cfg = self.config[self.subcommand]
             cfg.ckpt_path = str(path)
         if self.subcommand == "fit":
             self.resume_from, self.resume_step = resume_point(cfg.get("ckpt_path"), self.run_dir,
                                                               requeued=slurm_requeue())
+            check_max_epochs(cfg.get("ckpt_path"), self.checkpoint, cfg.trainer.get("max_epochs"))
 
     def instantiate_classes(self) -> None:
         """Lightning's, with every error in building the classes turned into one line (exit 2)."""
@@ -287,6 +300,10 @@ class ReproductionCLI(LightningCLI):
                     enable_version_counter=False,
                 ),
             ]
+        if self.subcommand != "fit" and not any(isinstance(c, ModelCheckpoint) for c in callbacks):
+            # a test or validation saves nothing: no default ModelCheckpoint (it would take over the
+            # training checkpoint's state and re-point it at <run dir>/<subcommand>/checkpoints)
+            kwargs.setdefault("enable_checkpointing", False)
         kwargs.setdefault("callbacks", callbacks)
         kwargs.setdefault("logger", self._loggers(trainer_cfg.get("logger")))
         kwargs.setdefault("default_root_dir", str(self.run_dir))
@@ -529,6 +546,7 @@ class ReproductionCLI(LightningCLI):
         fit = fit_record(self.trainer, self.model, self.datamodule, self.clock)
         test_metrics: dict = {}
         if run.test_after_fit:
+            self._say_test_padding()
             ckpt = "best" if run.test_ckpt == "best" else None
             outputs = trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt, verbose=False)
             test_metrics = dict(outputs[0]) if outputs else {}
@@ -541,6 +559,19 @@ class ReproductionCLI(LightningCLI):
             shown = ", ".join(f"{k} = {v:.4f}" for k, v in sorted(test_metrics.items()))
             print(f"\n{self.experiment}/{run.variant}/seed{self.seed}: {shown or 'no test run'}")
             print(f"results: {self.run_dir / RESULTS_FILE}", flush=True)
+
+    def _say_test_padding(self) -> None:
+        """Under DDP, Lightning's distributed sampler pads the test set to a multiple of the processes: say
+        how many images it repeats (and so counts twice in the test metrics), if any."""
+        world = self.trainer.world_size
+        try:
+            n = len(self.datamodule.test_dataset)
+        except (AttributeError, TypeError):
+            return
+        if world > 1 and n % world and self.trainer.is_global_zero:
+            print(f"test on {n} examples over {world} processes: the distributed sampler repeats "
+                  f"{world - n % world} of them (counted twice in the test metrics); a 1-process "
+                  "`repro test --ckpt_path ...` counts each once", file=sys.stderr, flush=True)
 
     def collect_results(self, test_metrics: dict, final_metrics: dict, fit: dict) -> dict:
         """results.json of a finished fit; ``fit``: ``fit_record`` taken when training ended."""

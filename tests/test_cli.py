@@ -358,6 +358,16 @@ def test_two_process_ddp_matches_one_process(tmp_path):
             for k in range(len(single) // 64):  # step k: the ranks' halves make up the 1-process batch
                 assert set(a["indices"][32 * k:32 * (k + 1)]) | set(b["indices"][32 * k:32 * (k + 1)]) == set(
                     single[64 * k:64 * (k + 1)])
+            from tests.test_quiet import warning_lines
+
+            assert warning_lines(proc.stdout + proc.stderr) == []  # e.g. no "use sync_dist=True" for our metrics
+            rows = list(csv.DictReader(open(run_dir(root) / "metrics.csv")))
+            # time/fit_elapsed_s is process 0's clock (not the sum of both), below the fit's whole time
+            clock = [float(r["time/fit_elapsed_s"]) for r in rows if r.get("time/fit_elapsed_s")]
+            assert clock == sorted(clock) and 0 < clock[-1] <= results[2]["training"]["fit_time_s"] + 1e-6
+            # train/samples_per_sec: the sum of the processes' rates, the job's (not one process's) rate
+            rates = [float(r["train/samples_per_sec"]) for r in rows if r.get("train/samples_per_sec")]
+            assert 0.6 < rates[-1] / results[2]["training"]["samples_per_sec"] < 1.6
         else:
             assert shards[0]["batch_size"] == 64
     one, two = results[1], results[2]

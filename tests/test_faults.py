@@ -389,6 +389,23 @@ def test_bad_ckpt_path_leaves_the_finished_run_byte_identical(kind, finished, tm
     assert not marker.exists()
 
 
+@pytest.mark.xdist_group("faults-finished")  # shares a module fixture: one test process
+def test_resume_with_max_epochs_below_the_checkpoints_is_refused_and_the_run_kept(finished, tmp_path, capfd,
+                                                                                  monkeypatch):
+    """An interrupted run resumed with --trainer.max_epochs below the epochs its checkpoint has trained: one line
+    naming both numbers before any work, and the run's record (results.json: interrupted) left as it was."""
+    root, run = copy_run(finished, tmp_path)
+    results = json.loads((run / "results.json").read_text())
+    (run / "results.json").write_text(json.dumps({**results, "status": "interrupted"}))
+    before = tree(root)
+    ckpt = run / "checkpoints" / "last.ckpt"
+    result = repro_here("fit", "--config", DIGITS, "--run.root", str(root), *TINY, "--trainer.max_epochs", "1",
+                        "--ckpt_path", str(ckpt), case="resume below the checkpoint's epochs", capfd=capfd,
+                        monkeypatch=monkeypatch)
+    usage_error(result, "--trainer.max_epochs 1 is below the 2 epochs", str(ckpt), "--trainer.max_epochs 2 or more")
+    assert tree(root) == before
+
+
 # --------------------------------------------------------------------------- 8. file modes, weights-only loading
 
 
