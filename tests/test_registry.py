@@ -229,10 +229,10 @@ def test_every_committed_record_is_valid_and_matches_its_sweep_file():
 
 
 def test_the_committed_claims_page_is_the_registrys_page(tmp_path, capsys, monkeypatch):
-    """docs/claims.md and its figures are what `repro claims --no-local` makes from results/ alone
-    (run from an empty directory: no local runs can leak in)."""
+    """docs/claims.md and its figures are what `repro claims` makes on a clone without runs/ (run
+    here from an empty directory), from results/ alone."""
     monkeypatch.chdir(tmp_path)
-    argv = ["--no-local", "--check", "--out", str(REPO / "docs/claims.md"), "--figures", str(REPO / "docs/figures/claims")]
+    argv = ["--check", "--out", str(REPO / "docs/claims.md"), "--figures", str(REPO / "docs/figures/claims")]
     code = claims_main(argv)
     assert code == 0, capsys.readouterr().out
 
