@@ -326,3 +326,19 @@ def test_a_symlink_loop_is_named_in_one_line(cache, tmp_path, where):
     with pytest.raises(ValueError, match="symbolic link loop") as info:
         walk(tmp_path / "imgs")
     assert str(info.value).startswith(f"{link}: ") and "\n" not in str(info.value)
+
+
+def test_a_file_name_that_is_not_utf8_is_named_escaped_and_can_be_skipped(cache, tmp_path):
+    write_jpeg_folder(tmp_path / "imgs", per_class=2)
+    bad = os.fsdecode(bytes(tmp_path / "imgs" / "train" / "n01") + b"/caf\xe9.JPEG")  # Latin-1, not UTF-8
+    Path(bad).write_bytes(jpeg_bytes(np.random.default_rng(3)))
+    with pytest.raises(BadImageError) as info:
+        open_folder(tmp_path / "imgs", cache_root(cache), workers=1)
+    message = str(info.value)
+    assert message.startswith(f"{tmp_path / 'imgs'}/train/n01/caf\\xe9.JPEG: its name is not valid UTF-8"), message
+    assert "--data.skip_bad_images true" in message and "\n" not in message
+    assert prepared_dirs(cache) == []  # refused before any work
+    skipped = open_folder(tmp_path / "imgs", cache_root(cache), workers=1, skip_bad_images=True)
+    assert skipped.manifest["splits"]["train"]["rows"] == 4
+    assert skipped.skipped == [["train/n01/caf\\xe9.JPEG", "its name is not valid UTF-8"]]
+    json.dumps(skipped.manifest, ensure_ascii=False).encode()  # the manifest is plain text

@@ -43,6 +43,7 @@ class FolderListing:
     test_dir: str | None  # "test" / "val" / "validation", or None: the test set is held out of train
     ignored: int = 0  # files that are not images (by extension), hidden files
     dirs: dict[str, str] = field(default_factory=dict)  # split -> folder relative to root
+    bad_names: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # split -> [(escaped path, why)]
 
     def count(self, split: str | None = None) -> int:
         return sum(len(v) for k, v in self.files.items() if split in (None, k))
@@ -106,9 +107,24 @@ def has_image(top: Path) -> bool:
     return any(any(not e.is_dir() and is_image_name(e.name) for e in entries) for _, _, entries in walk_dirs(top))
 
 
+def escaped(name: str) -> str:
+    """``name`` (a file name as ``os`` gives it) printable: bytes that are not UTF-8 as ``\\xff``."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def valid_utf8(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _walk_class(folder: Path, rel: str, stamp: dict[str, int], out: list[tuple[str, int, int]], label: int,
-                digest: "hashlib._Hash", outer: tuple[str, ...] = ()) -> int:  # fmt: skip
-    """Every image below ``folder`` (relative path ``rel``) into ``out``; returns how many files were ignored."""
+                digest: "hashlib._Hash", outer: tuple[str, ...] = (),
+                bad: list[tuple[str, str]] | None = None) -> int:  # fmt: skip
+    """Every image below ``folder`` (relative path ``rel``) into ``out``, one whose path is not valid UTF-8 into
+    ``bad`` (escaped; it cannot be stored or named as text); returns how many files were ignored."""
     ignored = 0
     for directory, drel, entries in walk_dirs(folder, rel, outer):
         stamp[drel] = directory.stat().st_mtime_ns
@@ -120,6 +136,11 @@ def _walk_class(folder: Path, rel: str, stamp: dict[str, int], out: list[tuple[s
                 continue
             erel = f"{drel}/{entry.name}"
             st = entry.stat()
+            if not valid_utf8(erel):
+                if bad is not None:
+                    bad.append((escaped(erel), "its name is not valid UTF-8"))
+                digest.update(f"{escaped(erel)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+                continue
             out.append((erel, label, st.st_size))
             digest.update(f"{erel}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return ignored
@@ -139,6 +160,11 @@ def walk(root: str | os.PathLike) -> FolderListing:
             e.name for e in os.scandir(folder) if e.is_dir() and not e.name.startswith(".")
         )
     class_names = classes_by_split["train"]
+    for split, names in classes_by_split.items():
+        for name in names:
+            if not valid_utf8(name):
+                raise ValueError(f"{escaped(str(root / dirs[split] / name))}: a class folder whose name is not valid "
+                                 "UTF-8 (shown escaped); rename it (class names are stored as text)")
     if not class_names:
         raise FileNotFoundError(
             f"{root / dirs['train']}: no class folders; an image folder needs one sub-folder of images per class, "
@@ -151,23 +177,28 @@ def walk(root: str | os.PathLike) -> FolderListing:
         index[name] = len(class_names)
         class_names = [*class_names, name]
     files: dict[str, list[tuple[str, int, int]]] = {}
+    bad_names: dict[str, list[tuple[str, str]]] = {}
     ignored = 0
     for split, rel in dirs.items():
         outer = (str(root), os.path.realpath(root / rel))  # a class folder's link back to these is a loop too
         out: list[tuple[str, int, int]] = []
+        bad: list[tuple[str, str]] = []
         for name in classes_by_split[split]:
             crel = name if rel == "." else f"{rel}/{name}"
-            ignored += _walk_class(root / crel, crel, stamp, out, index[name], digest, outer)
+            ignored += _walk_class(root / crel, crel, stamp, out, index[name], digest, outer, bad)
         out.sort()
         files[split] = out
-    if not any(files.values()):
+        if bad:
+            bad_names[split] = sorted(bad)
+    if not any(files.values()) and not bad_names:
         raise FileNotFoundError(
             f"no images ({', '.join(IMAGE_EXTENSIONS)}) found under {root}: an image folder needs one sub-folder of "
             "images per class, e.g. <data_dir>/cat/0001.png"
         )
     digest.update(repr(sorted(dirs.items())).encode())
+    stamp = {escaped(k) if not valid_utf8(k) else k: v for k, v in stamp.items()}  # stored as JSON text
     return FolderListing(root, class_names, files, digest.hexdigest()[:16], stamp,
-                         dirs.get("test"), ignored, dirs)  # fmt: skip
+                         dirs.get("test"), ignored, dirs, bad_names)  # fmt: skip
 
 
 def stamp_matches(root: str | os.PathLike, stamp: dict[str, int]) -> bool:

@@ -218,7 +218,12 @@ def prepare_folder(listing: FolderListing, cache_root: Path, *, workers: int | N
         return prepared
     workers = workers or default_workers()
     start = time.perf_counter()
-    total = listing.count()
+    named_bad = [b for split in listing.files for b in listing.bad_names.get(split, [])]
+    total = listing.count() + len(named_bad)
+    if named_bad and not skip_bad_images:  # before any work: the name alone says it cannot be prepared
+        more = f" ({len(named_bad)} of {total:,} files have such names)" if len(named_bad) > 1 else ""
+        raise BadImageError(f"{os.path.join(listing.root, named_bad[0][0])}: its name is not valid UTF-8 (shown "
+                            f"escaped){more}; rename, {BAD_HINT}")
     with owned_directory(final, complete=lambda p: (p / MANIFEST).is_file()) as tmp:
         tasks, owners = [], []
         for split, files in listing.files.items():
@@ -230,10 +235,11 @@ def prepare_folder(listing: FolderListing, cache_root: Path, *, workers: int | N
         results = run_tasks(write_folder_shard, tasks, [len(t["files"]) for t in tasks],
                             f"Preparing {listing.root.name} ({total:,} images, {workers} processes)", "img",
                             workers)  # fmt: skip
-        bad = [tuple(b) for r in results for b in r["bad"]]
+        bad = named_bad + [tuple(b) for r in results for b in r["bad"]]
         _finish_bad(bad, listing.root, total, skip_bad_images, "files")
         splits: dict[str, dict[str, Any]] = {
-            s: {"files": [], "rows": 0, "bytes": 0, "skipped": []} for s in listing.files
+            s: {"files": [], "rows": 0, "bytes": 0, "skipped": [list(b) for b in listing.bad_names.get(s, [])]}
+            for s in listing.files
         }
         for (split, name), r in zip(owners, results, strict=True):
             info = splits[split]
