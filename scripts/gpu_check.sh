@@ -32,18 +32,14 @@
 # machine's package versions (docs/scaling.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-if [[ -z "${PYTHON:-}" ]]; then
-  if [[ -x .venv/bin/python ]]; then PYTHON=.venv/bin/python; else PYTHON=python3; fi
-fi
+# shellcheck source=scripts/gpu_common.sh
+source scripts/gpu_common.sh  # PYTHON, the wheels, the CUDA check, stage, install_and_preflight
+GPU_TAG=gpu_check
+gpu_python
 OUT_DIR="${1:-runs/gpu_check}"
 STAGES="${GPU_CHECK_STAGES:-bench fsdp compile}"
 SMOKE="${GPU_CHECK_SMOKE:-0}"
-WHEELS="${GPU_CHECK_WHEELS:-}"
-if [[ -z "$WHEELS" ]] && compgen -G "gpu_wheels/*.whl" > /dev/null; then WHEELS=gpu_wheels; fi
-if [[ -n "$WHEELS" ]] && ! compgen -G "$WHEELS/*.whl" > /dev/null; then
-  echo "error: GPU_CHECK_WHEELS=$WHEELS holds no .whl file; fill it with scripts/gpu_wheels.sh $WHEELS (where PyPI is reachable)" >&2
-  exit 2
-fi
+gpu_wheels GPU_CHECK_WHEELS
 if [[ "$SMOKE" == "1" ]]; then LIMIT_SCALE=5; else LIMIT_SCALE=1; fi  # a CPU, possibly shared: compiling is slow there
 BUDGET="${GPU_CHECK_BUDGET:-$((450 * LIMIT_SCALE))}"
 if ! [[ "$BUDGET" =~ ^[0-9]+$ ]] || (( BUDGET < 60 )); then
@@ -52,12 +48,7 @@ if ! [[ "$BUDGET" =~ ^[0-9]+$ ]] || (( BUDGET < 60 )); then
 fi
 DEADLINE=$((SECONDS + BUDGET))  # the budget counts from here
 
-if [[ "$SMOKE" != "1" ]]; then
-  if ! "$PYTHON" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 2)" 2>/dev/null; then
-    echo "gpu_check: no CUDA GPU visible (torch.cuda.is_available() is False): nothing run" >&2
-    exit 2
-  fi
-fi
+[[ "$SMOKE" == "1" ]] || gpu_require_cuda
 mkdir -p "$OUT_DIR"
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
@@ -68,51 +59,8 @@ export HF_DATASETS_CACHE="${HF_DATASETS_CACHE:-$WORK/hf-cache}"
 STATUS="$OUT_DIR/stages.tsv"
 : > "$STATUS"
 RESERVE=$((30 * LIMIT_SCALE))  # seconds kept for writing the JSON (it imports torch, reads the driver version)
-SKIP_REASON=""      # set when the stages that remain cannot run
-CHILD=""
-on_signal() {
-  SKIP_REASON="stopped by SIG$1"
-  [[ -n "$CHILD" ]] && kill -TERM "$CHILD" 2>/dev/null
-}
 trap 'on_signal TERM' TERM
 trap 'on_signal INT' INT
-
-# stage NAME SECONDS COMMAND...: run with a time limit (capped by what is left of the budget), log to
-# OUT_DIR/NAME.log, record name, rc (or "skipped"), seconds, limit and why in stages.tsv. In the command,
-# @LIMIT-N@ stands for the stage's limit less N seconds (N x 5 in the smoke run), at least 1
-stage() {
-  local name=$1 limit=$(($2 * LIMIT_SCALE))
-  shift 2
-  if [[ " install preflight $STAGES " != *" $name "* ]]; then return 0; fi
-  local left=$((DEADLINE - RESERVE - SECONDS))
-  if [[ -n "$SKIP_REASON" ]] || (( left < 10 )); then
-    local why=${SKIP_REASON:-"budget of ${BUDGET}s spent"}
-    printf '%s\tskipped\t0\t0\t%s\n' "$name" "$why" >> "$STATUS"
-    echo "gpu_check: $name skipped: $why" >&2
-    return 1
-  fi
-  (( limit > left )) && limit=$left
-  local argv=() a value
-  for a in "$@"; do
-    while [[ $a =~ @LIMIT-([0-9]+)@ ]]; do
-      value=$((limit - BASH_REMATCH[1] * LIMIT_SCALE))
-      a=${a//"${BASH_REMATCH[0]}"/$((value > 1 ? value : 1))}
-    done
-    argv+=("$a")
-  done
-  echo "gpu_check: $name (limit ${limit}s): ${argv[*]}" >&2
-  local start=$SECONDS rc
-  timeout -k 5 "$limit" "${argv[@]}" > "$OUT_DIR/$name.log" 2>&1 &
-  CHILD=$!
-  wait "$CHILD"; rc=$?
-  while kill -0 "$CHILD" 2>/dev/null; do wait "$CHILD"; rc=$?; done  # a trapped signal interrupts wait
-  CHILD=""
-  local why=""
-  (( rc == 124 || rc == 137 )) && why="timed out after ${limit}s"
-  printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$rc" "$((SECONDS - start))" "$limit" "$why" >> "$STATUS"
-  [[ $rc -eq 0 ]] || echo "gpu_check: $name failed (rc $rc${why:+, $why}), see $OUT_DIR/$name.log" >&2
-  return $rc
-}
 
 if [[ "$SMOKE" == "1" ]]; then
   PRECISION=32-true  # bf16 autocast on a CPU without bf16 units would only slow the smoke run
@@ -139,15 +87,7 @@ RUN=(fit --config reproductions/vit/configs/digits.yaml "${ACCEL[@]}" --trainer.
 # The runs stop training at max_time, some seconds before their limit, to test and write results.json
 # (start-up, test and the checkpoint take the rest); bench gpu stops measuring at its --budget.
 
-if [[ -n "$WHEELS" ]]; then
-  stage install 45 "$PYTHON" -m pip install -q --disable-pip-version-check --no-index --find-links "$WHEELS" \
-    --no-deps --no-compile --no-cache-dir --target "$WORK/site" "$WHEELS"/*.whl
-  export PYTHONPATH="$PWD:$WORK/site"
-fi
-if ! stage preflight 60 "$PYTHON" scripts/gpu_preflight.py "$OUT_DIR/preflight.json"; then
-  grep -h "FAILED\|warning" "$OUT_DIR/preflight.log" >&2
-  SKIP_REASON=${SKIP_REASON:-"preflight failed (OUT_DIR/preflight.json)"}
-fi
+install_and_preflight
 stage bench 110 "$PYTHON" -m reproductions bench gpu "${BENCH[@]}" --budget "@LIMIT-25@" --out "$OUT_DIR/bench_gpu.json"
 stage fsdp 80 "$PYTHON" -m reproductions "${RUN[@]}" --config reproductions/vit/configs/overlays/fsdp.yaml \
   "${FSDP_POLICY[@]}" --trainer.max_time '{"seconds": @LIMIT-35@}' --run.variant fsdp2
