@@ -29,6 +29,8 @@ Data path, one module per stage:
   resize + centre-crop evaluation);
 - ``torch_datasets``: what the loaders index: whole batches at once (``__getitems__``) in memory, conversion
   to float and normalisation batched;
+- ``device_loader``: with ``on_device=True``, the loaders over images held on the training device (a GPU),
+  each batch indexed, cropped, flipped and normalised there with the ordinary loader's order and draws;
 - ``module``: ``ImageDataModule``, from the settings to the loaders.
 """
 

@@ -5,7 +5,8 @@ datasets as memory-mapped Arrow files of encoded images; ``cache``: digits and F
 and decodes what is held in memory (``pools``); ``setup`` opens them (warm: seconds, whatever the number of
 images), builds the splits (``splits``), the normalisation, the augmentation (``augment``, ``transforms``) and
 the torch datasets (``torch_datasets``); the training loader shuffles with ``datamodules.sampler`` (resumable
-mid-epoch).
+mid-epoch). With ``on_device`` the splits are copied to the training device and the loaders build each batch
+there (``device_loader``).
 """
 
 from __future__ import annotations
