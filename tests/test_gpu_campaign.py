@@ -109,6 +109,23 @@ def test_an_interrupted_run_resumes_only_from_its_own_checkpoint(tmp_path):
     assert gpu_campaign.resume_checkpoint(run) is None
 
 
+def test_an_interrupted_run_is_resumed_with_its_checkpoint_and_its_log_kept(tmp_path):
+    run = fake_run(tmp_path, "import sys; print('argv', sys.argv[1:])")
+    run.command.extend(["--seed_everything", "0"])
+    ckpt = run.run_dir / "checkpoints" / "last.ckpt"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_bytes(b"x")
+    run.log_path.write_text("the first segment\n")
+    (run.run_dir / "results.json").write_text(json.dumps({"status": "interrupted", "checkpoint": str(ckpt)}))
+    c = gpu_campaign.Campaign(budget=60.0, grace=5.0, min_start=1.0)
+    assert c.run(run, dict(os.environ)) == 0 and c.stopped is None
+    log = run.log_path.read_text()
+    assert log.startswith("the first segment\n") and f"'--ckpt_path', '{ckpt}'" in log
+    (run.run_dir / "results.json").write_text(json.dumps({"status": "failed"}))  # a failed run starts afresh
+    assert c.run(run, dict(os.environ)) == 0
+    assert "--ckpt_path" not in run.log_path.read_text() and "first segment" not in run.log_path.read_text()
+
+
 @pytest.mark.slow
 def test_smoke_campaign_stops_at_the_budget_and_continues(tmp_path):
     """Two campaigns into one folder on the CPU (tiny runs, 22 of them in all, 10-60 s each here): the first
