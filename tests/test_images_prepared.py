@@ -342,3 +342,29 @@ def test_a_file_name_that_is_not_utf8_is_named_escaped_and_can_be_skipped(cache,
     assert skipped.manifest["splits"]["train"]["rows"] == 4
     assert skipped.skipped == [["train/n01/caf\\xe9.JPEG", "its name is not valid UTF-8"]]
     json.dumps(skipped.manifest, ensure_ascii=False).encode()  # the manifest is plain text
+
+
+@pytest.mark.parametrize("damage", ["deleted", "truncated"])
+def test_a_damaged_prepared_shard_is_prepared_again_or_named(cache, tmp_path, damage):
+    """A shard of a prepared folder deleted or cut short: with the source there it is prepared again (and says so);
+    a prepared directory given alone is refused at open, naming the file (not a FileNotFoundError at training)."""
+    write_jpeg_folder(tmp_path / "imgs")
+    first = open_folder(tmp_path / "imgs", cache_root(cache), workers=1)
+    shard = first.file_path(first.manifest["splits"]["train"]["files"][0])
+    copy = tmp_path / "copy"
+    import shutil as _shutil
+
+    _shutil.copytree(first.path, copy)
+    for path in (shard, copy / shard.relative_to(first.path)):
+        if damage == "deleted":
+            path.unlink()
+        else:
+            path.write_bytes(path.read_bytes()[:-100])
+    with pytest.raises(prepared_mod.DamagedPreparedError) as info:
+        open_prepared(copy)
+    message = str(info.value)
+    assert message.startswith(f"{copy / shard.relative_to(first.path)}: {'missing' if damage == 'deleted' else 'damaged'}")
+    assert "prepare it again" in message and "\n" not in message
+    again = open_folder(tmp_path / "imgs", cache_root(cache), workers=1)  # warm open: the stamp is unchanged
+    assert again.path == first.path and not again.damaged_files()
+    assert again.split("train").num_rows == 10

@@ -43,6 +43,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -75,6 +76,10 @@ PREPARED_FORMAT = "attention-repro-prepared-v1"
 PREPARED_SUBDIR = "prepared"
 MANIFEST = "manifest.json"
 BAD_HINT = "delete or replace it, or set skip_bad_images: true (--data.skip_bad_images true) to skip such files"
+
+
+ARROW_STREAM_END = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+"""How a whole Arrow IPC stream (the files ``datasets`` writes) ends; it starts with the first four bytes."""
 
 
 def prepared_root(cache_root: Path) -> Path:
@@ -124,13 +129,52 @@ class Prepared:
             ds = ds.select(np.load(self.path / info["keep"]))
         return ds
 
+    def damaged_files(self) -> list[tuple[Path, str]]:
+        """Referenced Arrow files that are gone (a cleared hub cache, a deleted shard) or cut short (no Arrow
+        stream start or end marker), with why: the dataset must be prepared again. Reads 12 bytes a file."""
+        damaged = []
+        for f in (f for s in self.manifest["splits"].values() for f in s["files"]):
+            path = self.file_path(f)
+            try:
+                with open(path, "rb") as fh:
+                    head = fh.read(4)
+                    size = fh.seek(0, os.SEEK_END)
+                    fh.seek(max(size - len(ARROW_STREAM_END), 0))
+                    tail = fh.read()
+            except FileNotFoundError:
+                damaged.append((path, "missing"))
+                continue
+            except OSError as e:
+                damaged.append((path, f"unreadable: {e.strerror or e}"))
+                continue
+            if head != ARROW_STREAM_END[:4] or tail != ARROW_STREAM_END:
+                damaged.append((path, f"damaged: {size:,} bytes, not a whole Arrow stream"))
+        return damaged
+
     def missing_files(self) -> list[Path]:
-        """Referenced Arrow files that no longer exist (a cleared hub cache): the dataset must be prepared again."""
-        return [p for s in self.manifest["splits"].values() for f in s["files"] if not (p := self.file_path(f)).is_file()]
+        """Referenced Arrow files that are missing or damaged (``damaged_files``)."""
+        return [p for p, _ in self.damaged_files()]
+
+    def check(self) -> None:
+        """Raise ``DamagedPreparedError`` naming the first missing or damaged Arrow file, if any."""
+        damaged = self.damaged_files()
+        if damaged:
+            path, why = damaged[0]
+            more = f" ({len(damaged)} of its files are)" if len(damaged) > 1 else ""
+            raise DamagedPreparedError(
+                f"{path}: {why}, a file of the prepared dataset {self.path}{more}; prepare it again (`repro data "
+                f"prepare` with the settings that made it, or train with its source, which prepares it again), "
+                f"or delete {self.path}"
+            )
 
 
-def open_prepared(path: str | os.PathLike) -> Prepared:
-    """The prepared dataset in ``path`` (a directory holding ``manifest.json``)."""
+class DamagedPreparedError(ValueError):
+    """A prepared dataset whose Arrow files are missing or cut short."""
+
+
+def open_prepared(path: str | os.PathLike, *, check: bool = True) -> Prepared:
+    """The prepared dataset in ``path`` (a directory holding ``manifest.json``); with ``check``, its Arrow files are
+    checked to be there and whole (``Prepared.check``)."""
     path = Path(path).expanduser()
     manifest_file = path / MANIFEST
     if not manifest_file.is_file():
@@ -142,7 +186,10 @@ def open_prepared(path: str | os.PathLike) -> Prepared:
     if manifest.get("format") != PREPARED_FORMAT:
         raise ValueError(f"{path}: prepared in format {manifest.get('format')!r}, this code reads {PREPARED_FORMAT!r}; "
                          "prepare it again")  # fmt: skip
-    return Prepared(path, manifest)
+    prepared = Prepared(path, manifest)
+    if check:
+        prepared.check()
+    return prepared
 
 
 def list_prepared(cache_root: Path) -> list[Prepared]:
@@ -154,7 +201,7 @@ def list_prepared(cache_root: Path) -> list[Prepared]:
     for d in sorted(root.iterdir()):
         if d.is_dir() and not d.name.startswith(".") and (d / MANIFEST).is_file():
             try:
-                found.append(open_prepared(d))
+                found.append(open_prepared(d, check=False))
             except ValueError:
                 continue
     return found
@@ -213,9 +260,13 @@ def prepare_folder(listing: FolderListing, cache_root: Path, *, workers: int | N
     root = prepared_root(cache_root)
     final = root / f"{source}-{_slug(listing.root.name)}-{listing.key}"
     if (final / MANIFEST).is_file():
-        prepared = open_prepared(final)
-        _check_skipped(prepared, skip_bad_images)
-        return prepared
+        prepared = open_prepared(final, check=False)
+        damaged = prepared.damaged_files()
+        if not damaged:
+            _check_skipped(prepared, skip_bad_images)
+            return prepared
+        print(f"[data] {damaged[0][0]}: {damaged[0][1]}; preparing {listing.root} again into {final}", flush=True)
+        shutil.rmtree(final)
     workers = workers or default_workers()
     start = time.perf_counter()
     named_bad = [b for split in listing.files for b in listing.bad_names.get(split, [])]
@@ -289,10 +340,10 @@ def open_folder(data_dir: str | os.PathLike, cache_root: Path, *, workers: int |
         entry = read_index(cache_root, identity)
         if entry is not None and stamp_matches(root, entry.get("stamp", {})):
             path = prepared_root(cache_root) / entry["prepared"]
-            if (path / MANIFEST).is_file():
-                prepared = open_prepared(path)
+            if (path / MANIFEST).is_file() and not open_prepared(path, check=False).damaged_files():
+                prepared = open_prepared(path, check=False)
                 _check_skipped(prepared, skip_bad_images)
-                return prepared
+                return prepared  # else: walked and prepared again (prepare_folder replaces a damaged one)
     listing = walk(root)
     prepared = prepare_folder(listing, cache_root, workers=workers, skip_bad_images=skip_bad_images, source=source)
     write_index(cache_root, identity, prepared, stamp=listing.stamp)
@@ -333,8 +384,8 @@ def prepare_hub(name: str, dd: datasets.DatasetDict, splits: dict[str, str], ima
             digest.update(f"{f}\0{st.st_size}\0{st.st_mtime_ns}".encode())
     key = digest.hexdigest()[:16]
     final = prepared_root(cache_root) / f"hub-{_slug(name.replace('/', '--'))}-{key}"
-    if (final / MANIFEST).is_file() and not open_prepared(final).missing_files():
-        prepared = open_prepared(final)
+    if (final / MANIFEST).is_file() and not open_prepared(final, check=False).missing_files():
+        prepared = open_prepared(final, check=False)
         _check_skipped(prepared, skip_bad_images)
         return prepared
     workers = workers or default_workers()
@@ -410,7 +461,7 @@ def open_hub(name: str, load: Callable[[], datasets.DatasetDict], choose: Callab
         if entry is not None:
             path = prepared_root(cache_root) / entry["prepared"]
             if (path / MANIFEST).is_file():
-                prepared = open_prepared(path)
+                prepared = open_prepared(path, check=False)
                 if not prepared.missing_files():
                     _check_skipped(prepared, skip_bad_images)
                     return prepared
@@ -428,4 +479,4 @@ def is_prepared_hub(name: str, cache_root: Path, identity_extra: str = "") -> bo
     if entry is None:
         return False
     path = prepared_root(cache_root) / entry["prepared"]
-    return (path / MANIFEST).is_file() and not open_prepared(path).missing_files()
+    return (path / MANIFEST).is_file() and not open_prepared(path, check=False).missing_files()
