@@ -17,6 +17,7 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
+from reproductions.rundir import ReportLock
 from reproductions.sweeping.plan import check_counts, make_plan
 from reproductions.sweeping.records import REGISTRY_DIR, records_of
 from reproductions.sweeping.report import write_comparison, write_report
@@ -69,7 +70,9 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         print(f"error: no runs under {plan.experiment_dir}" + ("" if registry is None else " and no records of it in the registry")
               + f"; run first: {plan.sweep_command()}", file=sys.stderr)  # fmt: skip
         return 1
-    write_report(plan, wandb=args.wandb, project=args.project, out=out, registry=registry)
+    command = " ".join(["repro report", *(sys.argv[1:] if argv is None else argv)])
+    with ReportLock(plan.experiment_dir, plan.profile.name, command):  # one report at a time per sweep and profile
+        write_report(plan, wandb=args.wandb, project=args.project, out=out, registry=registry)
     return 0
 
 

@@ -98,11 +98,11 @@ def is_stale(holder: dict) -> bool:
     return started is not None and now is not None and started != now  # the pid was recycled
 
 
-def read_holder(run_dir: str | os.PathLike, *, wait: bool = False) -> dict | None:
+def read_holder(run_dir: str | os.PathLike, *, wait: bool = False, name: str = LOCK_FILE) -> dict | None:
     """The content of ``run_dir``'s lock: None if there is no lock; {} if it cannot be read (a
     holder between its O_EXCL create and its write, or a crash in between). With ``wait``, an
     unreadable lock is read again for half a second before it counts as unreadable."""
-    path = Path(run_dir) / LOCK_FILE
+    path = Path(run_dir) / name
     for attempt in range(10 if wait else 1):
         if attempt:
             time.sleep(0.05)
@@ -171,18 +171,14 @@ class RunDirLock:
             try:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
-                holder = read_holder(self.run_dir, wait=True)
+                holder = read_holder(self.run_dir, wait=True, name=self.path.name)
                 if holder is None:
                     continue  # released meanwhile: try again
                 if held_for_us(holder):
                     self.inherited = True
                     return
                 if holder and not is_stale(holder):
-                    raise RunDirBusy(
-                        f"run directory {self.run_dir} is in use by another run ({describe_holder(holder)}: "
-                        f"{_short(holder.get('command') or '?')}); wait for it to end, or choose another --run.root, "
-                        f"--run.variant or --seed_everything (if that run is gone, delete {self.path})"
-                    )
+                    raise self.busy(holder)
                 if self._take_over(holder):
                     self.took_over = holder
                     self.say(f"run directory {self.run_dir}: took over the stale lock of a run that is gone "
@@ -196,6 +192,14 @@ class RunDirLock:
             return
         raise RunDirBusy(f"run directory {self.run_dir}: could not take {self.path} (other runs keep taking it); "
                          "try again")
+
+    def busy(self, holder: dict) -> RunDirBusy:
+        """The error for a lock another live process holds."""
+        return RunDirBusy(
+            f"run directory {self.run_dir} is in use by another run ({describe_holder(holder)}: "
+            f"{_short(holder.get('command') or '?')}); wait for it to end, or choose another --run.root, "
+            f"--run.variant or --seed_everything (if that run is gone, delete {self.path})"
+        )
 
     def _take_over(self, holder: dict) -> bool:
         """Remove a stale lock whose content is ``holder``, unless another run replaced it meanwhile."""
@@ -235,6 +239,24 @@ class RunDirLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+class ReportLock(RunDirLock):
+    """One report at a time per sweep and profile: ``<experiment dir>/report-<profile>.lock``, the same rules as a
+    run's lock (atomic create, stale when its process is gone). Two reports at once would write one W&B report
+    run into two offline folders at the same step."""
+
+    def __init__(self, experiment_dir: str | os.PathLike, profile: str, command: str = "", *, say=print) -> None:
+        super().__init__(experiment_dir, command, say=say)
+        self.path = self.run_dir / f"report-{profile}.lock"
+        self.profile = profile
+
+    def busy(self, holder: dict) -> RunDirBusy:
+        return RunDirBusy(
+            f"the {self.profile} report of {self.run_dir} is being written by another process ({describe_holder(holder)}: "
+            f"{_short(holder.get('command') or '?')}); wait for it to end and run this one again (if that process is "
+            f"gone, delete {self.path})"
+        )
 
 
 def check_root(root: str | os.PathLike, run_dir: str | os.PathLike) -> None:

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from reproductions.errors import UsageError
+from reproductions.rundir import ReportLock
 from reproductions.sweeping.launch import execute, format_duration, last_error, slurm_script, subprocess_runner
 from reproductions.sweeping.plan import LAUNCHERS, check_counts, make_plan
 from reproductions.sweeping.publish import log_references
@@ -194,7 +195,8 @@ def main(argv: Sequence[str] | None = None, *, runner=subprocess_runner, out: Te
                   f"    log: {o.run.log_path}", file=out)  # fmt: skip
     if not args.no_report:
         try:
-            write_report(plan, wandb=args.wandb, out=out, **({"project": args.project} if args.project else {}))
+            with ReportLock(plan.experiment_dir, plan.profile.name, plan.sweep_command()):
+                write_report(plan, wandb=args.wandb, out=out, **({"project": args.project} if args.project else {}))
             if args.wandb and (records := records_of(plan.sweep.id, plan.profile.name)):
                 # the repository's reference runs in the same W&B group, beside the sweep's own
                 log_references(records, project=args.project or "attention-repro", root=plan.root, group=plan.experiment)

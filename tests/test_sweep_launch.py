@@ -193,3 +193,31 @@ def test_the_run_a_sweep_starts_continues_under_the_sweeps_lock(tmp_path):
                            cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert other.returncode != 0 and "RunDirBusy" in other.stderr  # without for_children: refused as before
     plain.release()
+
+
+def test_one_report_at_a_time_per_sweep_and_profile(tmp_path):
+    """A second `repro report` of the same sweep and profile while one is writing: refused in one line naming the
+    holder (two at once would log one W&B report run into two offline folders at the same step); another
+    profile's report is not held up."""
+    from reproductions.report import main as report_main
+    from reproductions.rundir import ReportLock, RunDirBusy
+
+    plan = make_plan(load_sweep("vit/patch_size"), "smoke", root=tmp_path / "runs")
+    plan.experiment_dir.mkdir(parents=True)
+    hold = _HOLD.replace("RunDirLock(sys.argv[1], \"repro sweep (the other one)\", for_children=True)",
+                         "ReportLock(sys.argv[1], 'smoke', 'repro report (the other one)')").replace(
+        "import RunDirLock", "import ReportLock")
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(plan.experiment_dir)], cwd=REPO, stdout=subprocess.PIPE,
+                              text=True, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(RunDirBusy, match=f"the smoke report of {plan.experiment_dir} is being written by another "
+                                             f"process \\(pid {holder.pid} "):
+            report_main(["vit/patch_size", "--profile", "smoke", "--root", str(tmp_path / "runs"), "--no-reference"])
+        other = ReportLock(plan.experiment_dir, "cpu")
+        other.acquire()  # another profile: its own lock
+        other.release()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not (plan.experiment_dir / "report.md").exists()
