@@ -10,7 +10,8 @@ a later campaign continues where this one stopped. A run that an earlier campaig
 ``interrupted``, its checkpoint in its directory) is resumed from that checkpoint. No run starts with less than
 ``--min-start`` seconds left. At the budget (or on SIGTERM/SIGINT) the running run gets SIGTERM: it saves a
 checkpoint at the current step and writes results.json with status ``interrupted``, never ``finished``; after
-``--grace`` seconds it is killed. The checkpoints of finished runs are removed (their sizes recorded) unless
+``--grace`` seconds it is killed. (A run whose training had ended when the signal came completes its test:
+that run is finished, its training whole.) The checkpoints of finished runs are removed (their sizes recorded) unless
 ``--keep-checkpoints``.
 
 OUT_DIR/campaign.json (written atomically at the end, also after a signal): the budget, the time spent, why it
