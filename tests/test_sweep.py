@@ -27,7 +27,7 @@ def test_unknown_sweep_or_profile_or_option(tmp_path, capsys):
     assert sweep_main(["vit/nonesuch", "--dry-run"]) == 2
     assert "vit/position" in capsys.readouterr().err  # lists the sweeps there are
     assert sweep_main(["vit/position", "--profile", "tpu", "--dry-run"]) == 2
-    assert "no profile 'tpu'; profiles: ['cpu', 'fmnist', 'gpu', 'imagenet', 'smoke']" in capsys.readouterr().err
+    assert "no profile 'tpu'; profiles: ['cpu', 'fmnist', 'gpu', 'h200', 'imagenet', 'smoke']" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         sweep_main(["vit/position", "--seed", "3", "--dry-run"])  # a typo is not passed to the runs
     assert "after '--'" in capsys.readouterr().err
