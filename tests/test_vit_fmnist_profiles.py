@@ -29,6 +29,7 @@ SMOKE_SIZES = [
 def test_the_four_ablations_the_relative_study_and_the_tuning_have_an_fmnist_profile_on_one_recipe():
     assert {s for s, _ in FMNIST} == {
         "vit/position", "vit/pooling", "vit/attention", "vit/patch_size", "vit/relative", "vit/tune",
+        "vit/attention_distance",
     }
     for sweep, profile in FMNIST:
         prof = load_sweep(sweep).profile(profile)
