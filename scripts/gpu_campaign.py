@@ -15,7 +15,7 @@ that run is finished, its training whole.) The checkpoints of finished runs are 
 ``--keep-checkpoints``.
 
 OUT_DIR/campaign.json (written atomically at the end, also after a signal): the budget, the time spent, why it
-stopped, and per sweep its runs: finished (with the run directory: ``repro results add PATH`` takes it),
+stopped, and per sweep its runs: finished (with the run directory: ``repro registry add PATH`` records it),
 interrupted or not started. Exit status: 0 every run of every sweep finished, 3 stopped at the budget or by a
 signal with runs left (run the campaign again to continue), 1 a run failed (it is retried next time), 2 a
 usage error.

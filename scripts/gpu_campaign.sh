@@ -19,7 +19,7 @@
 # GPU_CAMPAIGN_KEEP_CHECKPOINTS=1 keeps the finished runs' checkpoints (by default removed, sizes noted);
 # GPU_CAMPAIGN_SMOKE=1: on the CPU, a generated 300-image JPEG folder, every run two steps of batch 16 (a
 # rehearsal of the script: budget, stop, continue; its numbers mean nothing).
-# Output: OUT_DIR/runs/vit/<sweep>-h200/<variant>/seed0/ (results.json status finished: `repro results add
+# Output: OUT_DIR/runs/vit/<sweep>-h200/<variant>/seed0/ (results.json status finished: `repro registry add
 # PATH`), OUT_DIR/campaign.json (every run's status, the budget, why it stopped), OUT_DIR/<stage>.log, stages.tsv.
 # Exit status: 0 every run finished, 3 stopped at the budget with runs left (run it again to continue),
 # 1 a stage or a run failed, 2 a usage error (one error: line, before any work).
