@@ -124,6 +124,13 @@ def test_finished_runs_of_the_definition_are_added_and_the_rest_refused_one_line
         "mine-x/a/seed0": "experiment 'mine-x' is not a sweep profile's (<sweep>-<profile>, as repro sweep names it)",
     }
     rec = read_record(outcomes[good].added).data
+    assert "reused_from" not in rec
+    copied = fake_run(runs, "vit/patch_size", "cpu", "patch_size=4", 2)
+    res = json.loads((copied / RESULTS_FILE).read_text())
+    res["reused_from"] = {"run_dir": str(runs / "vit/position-cpu/learned_1d-stem/seed2"), "command": "python -m ..."}
+    (copied / RESULTS_FILE).write_text(json.dumps(res))
+    (o,) = add_runs(copied, registry)
+    assert read_record(o.added).data["reused_from"] == "vit/position-cpu/learned_1d-stem/seed2"
     assert rec["overrides"] == {} and rec["config_digest"] == config_digest(patch4_cpu)
     assert rec["config"]["trainer.max_epochs"] == 40 and "data.init_args.data_dir" not in rec["config"]
     assert rec["curve"]["rows"] == [[9.0, 0.0, 1.5, 0.5, 1.2], [19.0, 1.0, 3.0, 0.8, 0.7]]

@@ -22,7 +22,7 @@ A record is a few KB of JSON at ``results/<paper>/<sweep>/<profile>/<variant>/se
   ``attention_distance``: the mean attention distance per layer and head when the fit measured
   it (a ViT);
 - where: ``hardware``, ``versions``, ``git`` (commit, dirty), ``host``, ``finished_at``,
-  ``reused_from`` (the experiment of a run copied by ``--reuse``).
+  ``reused_from`` (``<experiment>/<variant>/seed<k>`` of the run a ``--reuse`` copy came from).
 
 No local path is kept: absolute paths in the run's description (a cache folder, a data folder)
 are cut to their last component, and the run directory, checkpoint paths and command line are
@@ -178,7 +178,7 @@ FIELDS: dict[str, tuple[Any, str, bool]] = {
     "finished_at": (lambda v: isinstance(v, str) and bool(v), "an ISO time", True),
     "attention_distance": (lambda v: isinstance(v, dict) and isinstance(v.get("attention_distance"), list),
                            "the run's analysis/attention_distance.json (an object with an attention_distance list)", False),
-    "reused_from": (lambda v: v is None or isinstance(v, str), "an experiment name or null", False),
+    "reused_from": (lambda v: v is None or isinstance(v, str), "<experiment>/<variant>/seed<k> or null", False),
 }  # fmt: skip
 
 
@@ -315,6 +315,13 @@ def _distance(run_dir: Path) -> dict[str, Any] | None:
     return {k: v for k, v in data.items() if k != "figures"}
 
 
+def reused_run(reused: Any) -> str:
+    """``<experiment>/<variant>/seed<k>`` of the run a ``--reuse`` copy came from (its results.json's
+    ``reused_from`` names the source's run directory, ``<root>/<paper>/<name>/<variant>/seed<k>``)."""
+    run_dir = reused.get("run_dir") if isinstance(reused, dict) else reused
+    return "/".join(Path(str(run_dir)).parts[-4:])
+
+
 def make_record(run_dir: Path, results: dict[str, Any], config: dict[str, Any], sweep_id: str, profile: str,
                 definition: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
     """The registry record of a finished run (see the module docstring)."""
@@ -349,8 +356,7 @@ def make_record(run_dir: Path, results: dict[str, Any], config: dict[str, Any], 
     if distance is not None:
         record["attention_distance"] = distance
     if results.get("reused_from"):
-        reused = results["reused_from"]
-        record["reused_from"] = str(reused.get("experiment") if isinstance(reused, dict) else Path(str(reused)).parent.parent.name)
+        record["reused_from"] = reused_run(results["reused_from"])
     return validate(record, run_dir / RESULTS_FILE)
 
 
