@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -96,7 +97,9 @@ def test_a_real_run_whose_config_differs_is_refused_then_recorded_with_its_overr
     cols, rows = rec["curve"]["columns"], rec["curve"]["rows"]
     assert cols[:3] == ["step", "epoch", "time/fit_elapsed_s"] and "val/acc" in cols and len(rows) == 2  # one per epoch
     assert rows[-1][cols.index("val/acc")] == pytest.approx(res["final"]["val/acc"])
-    assert path.stat().st_size < 16000 and str(tmp_path) not in path.read_text()  # compact; no local path
+    text = path.read_text()
+    assert path.stat().st_size < 16000 and str(tmp_path) not in text  # compact; no local path
+    assert sys.prefix not in text and ".../digits.csv.gz" in text  # not inside a string either (the data's origin)
     # the same run again: skipped, not written twice
     assert registry_main(["--registry", str(registry), "add", "--allow-changed", str(run.run_dir)]) == 0
     assert "already in the registry" in capsys.readouterr().out and len(list(registry.rglob("*.json"))) == 1

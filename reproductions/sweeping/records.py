@@ -264,14 +264,21 @@ def run_id(results: dict[str, Any], digest: str) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
+#: an absolute path inside a string (two or more components): kept as ``.../<last component>``
+_ABSOLUTE = re.compile(r"(?<![\w.~:/-])/(?:[\w.+@=,-]+/)+([\w.+@=,-]+)")
+
+
 def _scrub(value: Any) -> Any:
-    """Absolute paths cut to their last component (no local path goes into the repository)."""
+    """Absolute paths, alone or inside a string, cut to their last component (no local path goes
+    into the repository)."""
     if isinstance(value, dict):
         return {k: _scrub(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_scrub(v) for v in value]
     if isinstance(value, str) and os.path.isabs(value) and len(value) > 1:
         return ".../" + Path(value).name
+    if isinstance(value, str):
+        return _ABSOLUTE.sub(r".../\1", value)
     return value
 
 
