@@ -96,12 +96,11 @@ def _local_distances(root: str | os.PathLike):
 def distance_groups(root: str | os.PathLike | None, *, smoke: bool = False, records: Sequence = ()) -> list[DistanceGroup]:
     """Every finished run under ``root`` (None: none) and every registry record (``records``)
     with attention distances, grouped by experiment and variant (runs of a ``-smoke`` experiment
-    only with ``smoke``; a record of a run also found locally counts once), in order of tokens then
+    only with ``smoke``; a record of a run also found locally counts once, as the record), in order of tokens then
     samples seen. Groups whose seeds disagree on the layers or heads keep only the first shape's seeds."""
-    found = list(_local_distances(root)) if root is not None else []
-    local = [results for _, results, _ in found]
-    found += [(rec.data["attention_distance"], rec.results(), None) for rec in records
-              if "attention_distance" in rec.data and not any(same_run(rec.data, r) for r in local)]  # fmt: skip
+    recorded = [(rec.data["attention_distance"], rec.results(), None) for rec in records if "attention_distance" in rec.data]
+    local = list(_local_distances(root)) if root is not None else []
+    found = [x for x in local if not any(same_run(x[1], r) for _, r, _ in recorded)] + recorded  # a record counts once
     groups: dict[tuple[str, str], DistanceGroup] = {}
     for distances, results, run_dir in found:
         experiment, variant = str(results.get("experiment", "")), str(results.get("variant", ""))

@@ -134,7 +134,7 @@ def collect(plan: Plan, *, registry: str | os.PathLike | None = None, local: boo
     Each result says where it came from in ``source``: ``local`` (a run directory under the
     plan's root) or ``registry``. ``registry``: also the records of the results registry at that
     folder (``records``) for this sweep and profile (a record of a run also found locally counts
-    once); ``local=False``: the registry's records alone."""
+    once, as the record); ``local=False``: the registry's records alone."""
     records: dict[str, list[dict]] = {}
     if registry is not None:
         for rec in records_of(plan.sweep.id, plan.profile.name, registry):
@@ -142,9 +142,8 @@ def collect(plan: Plan, *, registry: str | os.PathLike | None = None, local: boo
     out = []
     for variant in plan.variants:
         vr = _collect_local(plan, variant) if local else VariantResults(variant)
-        for rec in records.get(variant.name, []):
-            if not any(same_run(rec, r) for r in vr.results):
-                vr.results.append(rec)
+        for rec in records.get(variant.name, []):  # a local run that is a record counts once, as the record
+            vr.results = [r for r in vr.results if not same_run(rec, r)] + [rec]
         vr.results.sort(key=lambda r: (int(r.get("seed", -1)), r.get("source") != "local"))
         done = {int(r.get("seed", -1)) for r in vr.results}
         vr.missing = [(seed, why) for seed, why in vr.missing if seed not in done or (seed, why) in vr.rejected]
