@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TextIO
 
 from reproductions.errors import UsageError
+from reproductions.results import hardware_label
 from reproductions.sweeping.records import REGISTRY_DIR, RecordError, shown_path, add_runs, read_registry, stale_records
 
 
@@ -56,8 +57,6 @@ def cmd_add(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
-    from reproductions.sweeping.claims_page import hardware_label
-
     records = _records(args.registry, args.sweep, args.profile)
     groups: dict[tuple[str, str], dict[str, list]] = {}
     for r in records:

@@ -137,6 +137,17 @@ def same_hardware(a: Any, b: Any) -> bool:
     return all(a.get(k) is not None and a.get(k) == b.get(k) for k in keys)
 
 
+def hardware_label(results: dict) -> str:
+    """What a results.json (or a registry record) says computed it: the GPU or the CPU and its instruction set."""
+    hw = results.get("hardware")
+    if not isinstance(hw, dict):
+        return "not recorded (results.json from before the hardware record)"
+    cpu = f"CPU {hw.get('cpu', '?')}" + (f" ({hw['cpu_capability']})" if hw.get("cpu_capability") else "")
+    if hw.get("device") == "cuda" or hw.get("gpu"):
+        return f"GPU {hw.get('gpu', '?')}" + (f" (CUDA {hw['cuda']})" if hw.get("cuda") else "") + f", {cpu}"
+    return cpu
+
+
 def environment(git: dict[str, Any] | None = None, device: str | None = None) -> dict[str, Any]:
     """What a results.json records of where it ran; ``git``: the run's own state (see
     ``git_at_end``), else the checkout's now; ``device``: the run's (see ``hardware``)."""

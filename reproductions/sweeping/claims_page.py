@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from reproductions.results import hardware_label
 from reproductions.sweeping.attention_claim import DistanceGroup, distance_section
 from reproductions.sweeping.claims import ClaimLine, Comparison, check_claims
 from reproductions.sweeping.collect import VariantResults, collect
@@ -153,17 +154,6 @@ def _md(text: Any) -> str:
 
 def scale_label(profile: Profile) -> str:
     return profile.scale.label if profile.scale is not None else "– (no scale in the sweep file)"
-
-
-def hardware_label(results: dict) -> str:
-    """What a results.json says computed it: the GPU or the CPU and its instruction set."""
-    hw = results.get("hardware")
-    if not isinstance(hw, dict):
-        return "not recorded (results.json from before the hardware record)"
-    cpu = f"CPU {hw.get('cpu', '?')}" + (f" ({hw['cpu_capability']})" if hw.get("cpu_capability") else "")
-    if hw.get("device") == "cuda" or hw.get("gpu"):
-        return f"GPU {hw.get('gpu', '?')}" + (f" (CUDA {hw['cuda']})" if hw.get("cuda") else "") + f", {cpu}"
-    return cpu
 
 
 def _hardware_lines(gathered: list[SweepClaims]) -> list[str]:

@@ -28,7 +28,8 @@ import os
 import re
 from pathlib import Path
 
-from reproductions.sweeping.claims_page import SMOKE_PROFILE, gather, hardware_label, scale_label
+from reproductions.results import hardware_label
+from reproductions.sweeping.claims_page import SMOKE_PROFILE, gather, scale_label
 from reproductions.sweeping.collect import collect
 from reproductions.sweeping.plan import make_plan
 from reproductions.sweeping.spec import REPO_ROOT, SweepError, profiles_by_sweep

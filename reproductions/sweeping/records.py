@@ -403,11 +403,10 @@ def add_runs(path: str | os.PathLike, registry: str | os.PathLike = REGISTRY_DIR
              dry_run: bool = False) -> list[Outcome]:  # fmt: skip
     """Record every finished sweep run under ``path`` (see ``add_run``); one outcome per run directory."""
     existing = {r.data["id"]: r.path for r in read_registry(registry)}
-    definitions: dict[tuple[str, str, str, int], dict[str, Any]] = {}
-    return [add_run(d, registry, existing, definitions, allow_changed=allow_changed, dry_run=dry_run) for d in run_dirs(path)]
+    return [add_run(d, registry, existing, allow_changed=allow_changed, dry_run=dry_run) for d in run_dirs(path)]
 
 
-def add_run(run_dir: Path, registry: str | os.PathLike, existing: dict[str, Path], definitions: dict, *,
+def add_run(run_dir: Path, registry: str | os.PathLike, existing: dict[str, Path], *,
             allow_changed: bool = False, dry_run: bool = False) -> Outcome:  # fmt: skip
     """Record one run, or say why not: not finished (failed, interrupted, still running, a corrupt
     results.json), not a sweep profile's run, a smoke run, a variant the sweep no longer has, a
@@ -439,21 +438,19 @@ def add_run(run_dir: Path, registry: str | os.PathLike, existing: dict[str, Path
     if config is None:
         out.refused = "its config.yaml does not parse"
         return out
-    key = (sweep_id, profile, str(results.get("variant")), int(results.get("seed", 0)))
     try:
-        if key not in definitions:
-            definitions[key] = definition_config(*key)
+        definition = definition_config(sweep_id, profile, str(results.get("variant")), int(results.get("seed", 0)))
     except (RecordError, SweepError) as e:
         out.refused = str(e)
         return out
-    diffs = config_differences(config, definitions[key])
+    diffs = config_differences(config, definition)
     if diffs and not allow_changed:
         shown = "; ".join(f"{k}: {d['run']!r} in the run, {d['definition']!r} in the sweep file" for k, d in list(diffs.items())[:6])
         more = f" (and {len(diffs) - 6} more)" if len(diffs) > 6 else ""
         out.refused = (f"its config differs from what {sweep_id} profile {profile} defines now: {shown}{more}; rerun it, "
                        "or add it with --allow-changed to record the differences as overrides")  # fmt: skip
         return out
-    record = make_record(run_dir, results, config, sweep_id, profile, definitions[key])
+    record = make_record(run_dir, results, config, sweep_id, profile, definition)
     if record["id"] in existing:
         out.refused = f"already in the registry: {shown_path(existing[record['id']])}"
         return out

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from reproductions.results import metric_value, same_hardware
+from reproductions.results import hardware_label, metric_value, same_hardware
 from reproductions.sweeping.collect import Stat, VariantResults, same_run
 from reproductions.sweeping.plan import Plan
 from reproductions.sweeping.tables import fmt_stat, markdown_table
@@ -34,8 +34,6 @@ NOISE_SE = 2.0
 
 
 def hardware_text(results: list[dict]) -> str:
-    from reproductions.sweeping.claims_page import hardware_label
-
     return "; ".join(sorted({hardware_label(r) for r in results})) or "–"
 
 
