@@ -38,7 +38,7 @@ from typing import Any
 from reproductions.results import hardware_label
 from reproductions.sweeping.attention_claim import DistanceGroup, distance_section
 from reproductions.sweeping.claims import ClaimLine, Comparison, check_claims
-from reproductions.sweeping.collect import VariantResults, collect
+from reproductions.sweeping.collect import VariantResults, collect, run_identity
 from reproductions.sweeping.figures import plot_claim_by_scale, png_bytes
 from reproductions.sweeping.plan import Plan, make_plan
 from reproductions.sweeping.records import SMOKE_PROFILE
@@ -181,7 +181,7 @@ def source_counts(gathered: list[SweepClaims], distances: Sequence[DistanceGroup
     runs = {}
     for r in [r for sc in gathered for m in sc.measured for vr in m.collected for r in vr.results] + \
             [r for g in distances for _, r, _ in g.runs]:
-        runs.setdefault(tuple(str(r.get(k)) for k in ("experiment", "variant", "seed", "host", "finished_at")), r)
+        runs.setdefault(run_identity(r), r)
     registry = sum(1 for r in runs.values() if r.get("source") == "registry")
     return registry, len(runs) - registry
 

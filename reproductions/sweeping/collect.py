@@ -119,10 +119,17 @@ def foreign(results: dict, plan: Plan, variant: Variant, seed: int) -> str | Non
     return "; ".join(wrong) or None
 
 
+#: what names one run in its results (a run directory's results.json or a registry record)
+RUN_IDENTITY = ("experiment", "variant", "seed", "host", "finished_at")
+
+
+def run_identity(results: dict) -> tuple:
+    return tuple(results.get(k) for k in RUN_IDENTITY)
+
+
 def same_run(a: dict, b: dict) -> bool:
     """Whether two results (a run directory's, a registry record's) are one run."""
-    keys = ("experiment", "variant", "seed", "host", "finished_at")
-    return all(a.get(k) == b.get(k) for k in keys) and a.get("finished_at") is not None
+    return run_identity(a) == run_identity(b) and a.get("finished_at") is not None
 
 
 def collect(plan: Plan, *, registry: str | os.PathLike | None = None, local: bool = True) -> list[VariantResults]:
