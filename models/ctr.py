@@ -161,6 +161,11 @@ class BST(CTRNet):
     Shapes: batch (see module docstring) -> logits (B,); tokens (B, L + 1, d).
     """
 
+    #: with target pooling the last block computes the target token alone (the same outputs);
+    #: ``False`` computes every token there too, as implementations without that shortcut do
+    #: (``repro bench bst`` measures both to separate equal work from the shortcut).
+    last_block_target_only: bool = True
+
     def __init__(
         self,
         *,
@@ -283,10 +288,10 @@ class BST(CTRNet):
         only (``BSTBlock(last_only=True)``): the same values as running it on every token.
         """
         x, mask = self.embed_sequence(batch)
-        target = self.seq_pooling == "target"
+        target = self.seq_pooling == "target" and self.last_block_target_only
         for i, block in enumerate(self.blocks):
             x = block(x, mask, last_only=target and i == len(self.blocks) - 1)
-        return x[:, -1] if target else masked_mean(x, mask)
+        return x[:, -1] if self.seq_pooling == "target" else masked_mean(x, mask)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         h = torch.cat([self.encode(batch), self.features.other(batch)], dim=-1)

@@ -309,18 +309,32 @@ def test_peer_comparison_table_on_a_tiny_shape(tmp_path, capsys, monkeypatch):
     assert [(r["seq_len"], r["blocks"]) for r in fx["rows"]] == [(4, 1), (6, 1)]
     for r in fx["rows"]:
         assert r["params"] == r["peer_params"]
-        for part in ("training", "inference"):
-            p = r[part]
-            assert len(p["ours"]["rates"]) == len(p["peer"]["rates"]) == 2
-            assert p["paired_ratios"] == [a / b for a, b in zip(p["ours"]["rates"], p["peer"]["rates"])]
-            assert p["median_paired_ratio"] == statistics.median(p["paired_ratios"])
-            assert p["spread"] == [min(p["paired_ratios"]), max(p["paired_ratios"])]
-    assert fx["pass"] == all(r["training"]["median_paired_ratio"] >= PEER_TARGET for r in fx["rows"])
+        for phase in ("training", "inference"):
+            split = r[phase]
+            assert set(split) == {"total", "equal_work", "target_only"}
+            for p in split.values():
+                assert len(p["ours"]["rates"]) == len(p["peer"]["rates"]) == 2
+                assert p["paired_ratios"] == [a / b for a, b in zip(p["ours"]["rates"], p["peer"]["rates"])]
+                assert p["median_paired_ratio"] == statistics.median(p["paired_ratios"])
+                assert p["spread"] == [min(p["paired_ratios"]), max(p["paired_ratios"])]
+            # the three ratios come from the same three measurements: total = equal work x target-only
+            assert split["total"]["ours"] == split["target_only"]["ours"]
+            assert split["total"]["peer"] == split["equal_work"]["peer"]
+            assert split["equal_work"]["ours"] == split["target_only"]["peer"]
+            for t, e, o in zip(*(split[k]["paired_ratios"] for k in ("total", "equal_work", "target_only"))):
+                assert t == pytest.approx(e * o)
+    assert fx["pass"] == all(r["training"]["total"]["median_paired_ratio"] >= PEER_TARGET for r in fx["rows"])
     (table,) = result["tables"]
-    assert len(table["rows"]) == 2
-    assert "training x FuxiCTR" in table["columns"] and "inference spread" in table["columns"]
-    assert table["rows"][0][5] == f"{fx['rows'][0]['training']['median_paired_ratio']:.3f}x"
-    assert "BST vs FuxiCTR's BST, training:" in capsys.readouterr().out
+    assert len(table["rows"]) == 4  # two lengths x (training, inference)
+    columns = table["columns"]
+    assert {"BST every-token samples/s", "equal work: every-token x FuxiCTR", "target-only x every-token"} <= set(columns)
+    first = dict(zip(columns, table["rows"][0]))
+    t = fx["rows"][0]["training"]
+    assert first["phase"] == "training"
+    assert first["BST x FuxiCTR (spread)"].startswith(f"{t['total']['median_paired_ratio']:.3f}x (")
+    assert first["equal work: every-token x FuxiCTR"].startswith(f"{t['equal_work']['median_paired_ratio']:.3f}x (")
+    out = capsys.readouterr().out
+    assert "at equal work (ours computing every token)" in out and "BST vs FuxiCTR's BST, training:" in out
 
 
 def test_fuxictr_peer_has_our_shape():

@@ -200,6 +200,26 @@ def test_bst_block_last_only_is_the_last_row_of_the_full_output():
     torch.testing.assert_close(last, block(x, mask)[:, -1:], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("num_blocks", [1, 2])
+def test_bst_every_token_switch_gives_the_same_outputs_and_gradients(num_blocks):
+    """``last_block_target_only = False`` (what the benchmark measures as equal work) computes the
+    last block on every token: the same logits and parameter gradients as the target-only default."""
+    batch = make_batch([6, 3, 1, 0], seq_len=6)
+    outputs = []
+    for target_only in (True, False):
+        torch.manual_seed(0)
+        net = tiny_bst(num_blocks=num_blocks, dropout=0.0)
+        net.last_block_target_only = target_only
+        logits = net(batch)
+        logits.sum().backward()
+        outputs.append((logits.detach(), {n: p.grad.clone() for n, p in net.named_parameters() if p.grad is not None}))
+    (a, grads_a), (b, grads_b) = outputs
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert grads_a.keys() == grads_b.keys()
+    for name in grads_a:
+        torch.testing.assert_close(grads_a[name], grads_b[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
 def test_bst_without_position_is_permutation_invariant_and_positions_matter_otherwise():
     torch.manual_seed(0)
     batch = make_batch([6, 6, 6], seq_len=6)
