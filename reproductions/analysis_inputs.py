@@ -180,15 +180,17 @@ def _hub_weights_offline() -> Optional[str]:
     connection probe to the endpoint that fails within seconds."""
     import huggingface_hub.constants
 
-    from datamodules.images.hub import TRUE_VALUES, endpoint_reachable
+    from datamodules.images.hub import HUB_PROBE_TIMEOUT_S, TRUE_VALUES
+    from utils.net import connection_problem
 
     for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         value = os.environ.get(var)
         if value and value.strip().upper() in TRUE_VALUES:
             return f"{var}={value}"
     endpoint = huggingface_hub.constants.ENDPOINT
-    if not endpoint_reachable(endpoint):
-        return f"{endpoint} is unreachable"
+    problem = connection_problem(endpoint, HUB_PROBE_TIMEOUT_S)
+    if problem is not None:
+        return f"{endpoint} is unreachable ({problem})"
     return None
 
 

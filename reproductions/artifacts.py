@@ -1,4 +1,5 @@
-"""A run's model artifact (``--run.log_model true``): logged at once online, kept pending offline.
+"""A run's model artifact (``--run.log_model true``) and a report run's tables: logged at once online,
+kept pending offline.
 
 Online, the last and the best checkpoint go into W&B as one model artifact (``model-<run id>``,
 aliases ``last``, ``best``, ``variant-<name>``, ``seed-<k>``; the run's results summary as its
@@ -11,6 +12,11 @@ aliases, metadata, run id and project, and the checkpoint files as paths relativ
 directory), and ``repro sync`` logs it after uploading the run: it resumes the
 uploaded run (``resume="must"``), logs the artifact from the files where they are now, waits for
 it within a bounded time, finishes, and marks the entry uploaded (``"uploaded": <time>``).
+
+A report run's tables go the same way (``keep_tables``): offline W&B would stage each ``wandb.Table``
+as an artifact file recorded by absolute path, so they are kept as JSON files under
+``<dir>/wandb/tables/`` with a pending entry of type ``tables``, and ``repro sync`` logs them into
+the uploaded run.
 
 A new pending entry replaces the entries not yet uploaded of the same name and those of an
 earlier attempt's run id (a fresh fit removed their checkpoints).
@@ -31,6 +37,8 @@ from utils.atomic import atomic_write_json
 
 #: the file that keeps a run directory's model artifacts that are not uploaded yet, under it
 PENDING_FILE = Path("wandb") / "pending_artifacts.json"
+#: the pending entry type of an offline run's tables (``keep_tables``)
+TABLES = "tables"
 #: seconds ``sync`` waits for one artifact's files to upload (``--artifact-timeout``)
 DEFAULT_UPLOAD_TIMEOUT = 600.0
 
@@ -70,6 +78,29 @@ def log_checkpoints(loggers, checkpoint_dir: Path, results: dict, run_dir: Path 
         for path in dict.fromkeys(files.values()):
             artifact.add_file(str(path), name=path.name)
         run.log_artifact(artifact, aliases=aliases)
+
+
+def keep_tables(run, run_dir: str | os.PathLike, tables: dict[str, tuple[list[str], list[list[Any]]]]) -> None:
+    """Keep ``tables`` (W&B key -> (columns, rows)) of the offline ``run`` as JSON files under
+    ``<run_dir>/wandb/tables/`` and one pending entry of type ``TABLES`` (relative paths), which
+    ``repro sync`` logs into the uploaded run as ``wandb.Table``s. Logged offline, W&B would stage
+    each table as an artifact file recorded by absolute path, which a moved tree could not upload."""
+    run_dir = Path(run_dir)
+    folder = run_dir / "wandb" / "tables"
+    paths = {}
+    for key, (columns, rows) in tables.items():
+        path = folder / f"{run.id}-{key.replace('/', '-')}.table.json"
+        atomic_write_json(path, {"columns": list(columns), "data": [list(r) for r in rows]})
+        paths[key] = path
+    keep_pending(run_dir, {"name": f"tables-{run.id}", "type": TABLES, "run_id": run.id, "project": run.project,
+                           "entity": run.entity or None, "aliases": [], "metadata": None,
+                           "files": [{**f, "name": key} for key, f in zip(paths, _relative_files(run_dir, paths))]})
+
+
+def read_table(path: str | os.PathLike) -> dict[str, Any]:
+    """A table kept by ``keep_tables``: ``{"columns": [...], "data": [[...], ...]}``."""
+    data = json.loads(Path(path).read_text())
+    return {"columns": data["columns"], "data": data["data"]}
 
 
 def _relative_files(run_dir: Path, files: dict[str, Path]) -> list[dict[str, Any]]:
@@ -178,11 +209,16 @@ def upload_pending(run_dir: str | os.PathLike, entry: dict[str, Any], *, project
         except Exception as e:  # noqa: BLE001 - no such run, a refused key, a timeout
             raise RunFailed(f"artifact {entry['name']}: W&B did not resume run {entry['run_id']} ({_why(e)})") from e
         try:
-            artifact = wandb.Artifact(entry["name"], type=entry.get("type") or "model", metadata=entry.get("metadata"))
-            for name, path, _ in files:
-                # immutable: uploaded from where it lies, with no staged copy
-                artifact.add_file(str(path), name=name, policy="immutable", skip_cache=True)
-            run.log_artifact(artifact, aliases=list(entry.get("aliases") or [])).wait(timeout=int(timeout))
+            if entry.get("type") == TABLES:
+                # the tables W&B would have staged offline: read from where they lie now, logged into the run
+                run.log({name: wandb.Table(**read_table(path)) for name, path, _ in files})
+            else:
+                artifact = wandb.Artifact(entry["name"], type=entry.get("type") or "model",
+                                          metadata=entry.get("metadata"))
+                for name, path, _ in files:
+                    # immutable: uploaded from where it lies, with no staged copy
+                    artifact.add_file(str(path), name=name, policy="immutable", skip_cache=True)
+                run.log_artifact(artifact, aliases=list(entry.get("aliases") or [])).wait(timeout=int(timeout))
         except Exception as e:  # noqa: BLE001 - an upload that failed or did not finish in time
             raise RunFailed(f"artifact {entry['name']}: not uploaded ({_why(e)})") from e
         finally:

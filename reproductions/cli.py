@@ -88,7 +88,9 @@ from reproductions.rundir import (
     stale_checkpoints,
 )
 from reproductions.signals import StopAtTheSameStep, StopSignals, slurm_requeue
-from reproductions.tracking import log_results, log_status, read_run_id, run_logger
+from reproductions.tracking import (
+    RUN_FILES, log_results, log_status, read_run_id, run_logger, save_with_run, wandb_runs,
+)
 
 
 @dataclass
@@ -259,7 +261,7 @@ class ReproductionCLI(LightningCLI):
                                  resume_step=self.resume_step if self.resume_from is not None else None)
         loggers: list[Logger] = [csv]
         if run.wandb:
-            tags = list(dict.fromkeys([self.experiment, run.variant, *run.tags]))
+            tags = list(dict.fromkeys([self.experiment, run.variant, *run.tags, f"seed{self.seed}"]))
             name = f"{self.experiment}/{run.variant}/seed{self.seed}"
             fit = self.subcommand == "fit"
             # fit: the run directory's one W&B run, continued on resume, new when starting at step 0;
@@ -511,11 +513,24 @@ class ReproductionCLI(LightningCLI):
             if isinstance(logger, WandbLogger) and self.trainer.is_global_zero and logger._experiment is not None:
                 logger.experiment.finish()
 
+    def _keep_files_with_evaluation(self) -> None:
+        """An evaluation's W&B run gets copies of the run directory's files it evaluated (the fit's
+        config.yaml, results.json, metrics.csv), as a fit's run has them."""
+        if self.trainer.is_global_zero:
+            for run in wandb_runs(self.trainer.loggers):
+                save_with_run(run, self.run_dir, RUN_FILES)
+
     def after_validate(self) -> None:
-        self._finish_wandb()
+        try:
+            self._keep_files_with_evaluation()
+        finally:
+            self._finish_wandb()
 
     def after_test(self) -> None:
-        self._finish_wandb()
+        try:
+            self._keep_files_with_evaluation()
+        finally:
+            self._finish_wandb()
 
     def after_fit(self) -> None:
         try:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -37,7 +36,8 @@ from typing import TextIO
 
 from reproductions.artifacts import DEFAULT_UPLOAD_TIMEOUT, entry_files, entry_state, find_pending, upload_pending
 from reproductions.errors import RunFailed, UsageError
-from reproductions.tracking import offline_folder, read_run_id
+from reproductions.tracking import base_url, key_source, offline_folder, read_run_id
+from utils.net import connection_problem
 
 
 
@@ -94,43 +94,6 @@ def _wandb_command() -> list[str]:
         return [str(exe)]
     found = shutil.which("wandb")
     return [found] if found else [sys.executable, "-m", "wandb"]
-
-
-def has_key() -> bool:
-    """Whether a W&B key is configured (WANDB_API_KEY or a netrc entry for the W&B host)."""
-    if os.environ.get("WANDB_API_KEY"):
-        return True
-    host = re.sub(r"^https?://", "", os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).split("/")[0].split(":")[0]
-    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
-    try:
-        return host in netrc.read_text()
-    except OSError:
-        return False
-
-
-def server() -> str:
-    """The W&B server ``wandb sync`` would upload to (WANDB_BASE_URL, ``wandb login --host``, or the cloud)."""
-    try:
-        from wandb.sdk import wandb_setup
-
-        return str(wandb_setup.singleton().settings.base_url)
-    except Exception:  # noqa: BLE001 - W&B's own default
-        return os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")
-
-
-def reachable(url: str, timeout: float = 10.0) -> str | None:
-    """None if ``url`` answers (any HTTP status), else why not: ``wandb sync`` itself would retry
-    an unreachable server for minutes."""
-    import urllib.error
-    import urllib.request
-
-    try:
-        urllib.request.urlopen(url, timeout=timeout).close()
-    except urllib.error.HTTPError:
-        return None  # it answered
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        return str(getattr(e, "reason", e))
-    return None
 
 
 def _size(n: int | None) -> str:
@@ -200,10 +163,12 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     if args.dry_run or not (todo or art_todo):
         print("nothing to upload" if not (todo or art_todo) else "dry run: nothing uploaded", file=out)
         return 0
-    if not has_key():
-        raise UsageError("no W&B key (WANDB_API_KEY, or wandb login); log in first, or use --dry-run")
-    url = server()
-    why = reachable(url)
+    url = base_url()
+    source = key_source(url)
+    if source is None or source.startswith("a key wandb refuses"):
+        raise UsageError(f"{'no W&B key' if source is None else source} for {url} (WANDB_API_KEY, or wandb login; "
+                         "WANDB_BASE_URL or wandb login --host for another server); log in first, or use --dry-run")
+    why = connection_problem(url, timeout=10.0)
     if why is not None:
         raise RunFailed(f"W&B server {url} is not reachable ({why}); nothing uploaded: check the network or "
                         "WANDB_BASE_URL, then rerun")

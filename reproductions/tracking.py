@@ -16,10 +16,14 @@ with copies of the run's files in ``files/``, ``save_with_run``), W&B's data fol
 ``WANDB_DATA_DIR``), its cache and downloads (``wandb/cache``, ``wandb/artifacts``), and an offline
 run's pending model artifact (``wandb/pending_artifacts.json``, ``reproductions.artifacts``).
 
-Mode: offline unless the user has a W&B key (env or netrc) or chose a mode via WANDB_MODE. An
-online run whose server does not answer within ``WANDB_INIT_TIMEOUT`` seconds (default 30)
-says so in one line and goes on offline under the same id (``repro sync``
-uploads it later); with ``WANDB_MODE=online`` it stops with one error line instead.
+Mode (``wandb_mode``): ``WANDB_MODE`` when set; else online when wandb itself has a key for the
+server in force (``WANDB_BASE_URL``, ``wandb login --host``, or the library's default host;
+``key_source`` asks wandb's own credential readers), offline when it has none. Every run says
+which and why in one line as it starts. Before an online start one TCP probe of the server
+(``utils.net``): a server known to be down goes offline at once (``WANDB_MODE=online``: one error
+line). An online run whose server does not start it within ``WANDB_INIT_TIMEOUT`` seconds
+(default 30) says so in one line and goes on offline under the same id (``repro sync`` uploads it
+later); with ``WANDB_MODE=online`` it stops with one error line instead.
 
 Summary: ``results_summary`` maps the fields of results.json onto flat summary keys, so the W&B
 runs table can sort and group by test accuracy, fit time, throughput or FLOPs like the report.
@@ -30,8 +34,10 @@ from __future__ import annotations
 import os
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from reproductions.errors import RunFailed
 from utils.atomic import atomic_write_text
@@ -40,21 +46,109 @@ from utils.atomic import atomic_write_text
 RUN_ID_FILE = Path("wandb") / "run_id"
 #: seconds an online run waits for the W&B server before it goes on offline (WANDB_INIT_TIMEOUT)
 DEFAULT_INIT_TIMEOUT = 30.0
+#: seconds the connection probe before an online run waits at most (a refused connection answers at once)
+PROBE_TIMEOUT = 5.0
 _ID = re.compile(r"^[a-z0-9]{1,64}$")
 
 
-def wandb_offline() -> bool:
-    """Offline unless the user has a W&B key (env or netrc) or chose a mode via WANDB_MODE."""
-    mode = os.environ.get("WANDB_MODE")
-    if mode:
-        return mode in ("offline", "dryrun")
-    if os.environ.get("WANDB_API_KEY"):
-        return False
-    netrc = Path(os.environ.get("NETRC", Path.home() / ".netrc"))
+def base_url() -> str:
+    """The W&B server in force, as wandb itself resolves it: ``WANDB_BASE_URL``, else the host of
+    ``wandb login --host`` (its settings file), else the library's default."""
+    if os.environ.get("WANDB_BASE_URL"):
+        return os.environ["WANDB_BASE_URL"].rstrip("/")
     try:
-        return "api.wandb.ai" not in netrc.read_text()
-    except OSError:
-        return True
+        from wandb.sdk import wandb_setup
+
+        return str(wandb_setup.singleton().settings.base_url).rstrip("/")
+    except Exception:  # noqa: BLE001 - a wandb that cannot set up: its documented default
+        return "https://api.wandb.ai"
+
+
+def key_source(url: str | None = None) -> str | None:
+    """Where wandb would take a key for the server ``url`` (default ``base_url()``) from, or None
+    when it has none: ``WANDB_API_KEY``, ``WANDB_IDENTITY_TOKEN_FILE``, this process's login, the
+    netrc entry for that host (``wandb login`` writes it), or wandb's settings. Asked through
+    wandb's own credential readers, so a login to the library's default host or to a
+    self-hosted server counts, whatever host name that is."""
+    from wandb.errors import AuthenticationError
+    from wandb.sdk.lib import wbauth
+
+    url = url or base_url()
+    for var in ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE"):
+        if os.environ.get(var):
+            return var
+    try:
+        host = wbauth.HostUrl(url)
+        if wbauth.session_credentials(host=host) is not None:
+            return "this process's wandb.login()"
+        if wbauth.read_netrc_auth(host=host):
+            return f"the netrc entry for {urlsplit(host.url).netloc}"
+    except (AuthenticationError, ValueError) as e:
+        return f"a key wandb refuses ({e})"
+    try:
+        from wandb.sdk import wandb_setup
+
+        settings = wandb_setup.singleton().settings
+        if settings.api_key and wbauth.HostUrl(str(settings.base_url)).is_same_url(url):
+            return "wandb's settings"
+    except Exception:  # noqa: BLE001 - no settings: no key there
+        pass
+    return None
+
+
+@dataclass(frozen=True)
+class Mode:
+    """How a W&B run logs and why, in the words of its one line (``Mode.line``)."""
+
+    offline: bool
+    why: str
+    url: str
+
+    @property
+    def name(self) -> str:
+        return "offline" if self.offline else "online"
+
+    def line(self, where: str | os.PathLike | None = None) -> str:
+        text = f"W&B: {self.name} ({self.why})"
+        if self.offline and where is not None:
+            text += f"; upload later: repro sync {where}"
+        return text
+
+
+def wandb_mode(*, probe: bool = False) -> Mode:
+    """Online or offline, and why. ``WANDB_MODE`` decides when set; else online when wandb has a
+    key for the server in force (``key_source``), offline when it has none. With ``probe``, an
+    online choice is checked by one TCP connection first (``utils.net.connection_problem``): a
+    server known to be down (refused, unknown host) makes it offline at once, or, with
+    ``WANDB_MODE=online``, raises ``RunFailed``, instead of waiting out the init timeout."""
+    url = base_url()
+    mode = os.environ.get("WANDB_MODE")
+    if mode in ("offline", "dryrun", "disabled"):
+        return Mode(True, f"WANDB_MODE={mode}", url)
+    if mode == "online":
+        chosen = Mode(False, f"WANDB_MODE=online, server {url}", url)
+    else:
+        source = key_source(url)
+        if source is None or source.startswith("a key wandb refuses"):
+            why = f"no W&B key for {url}" if source is None else f"{source} for {url}"
+            return Mode(True, f"{why}; wandb login, or WANDB_API_KEY, to log online", url)
+        chosen = Mode(False, f"server {url}, key from {source}", url)
+    if probe:
+        from utils.net import connection_problem
+
+        problem = connection_problem(url, min(PROBE_TIMEOUT, init_timeout()))
+        if problem is not None:
+            if online_only():
+                raise RunFailed(f"W&B server {url} is not reachable ({problem}); WANDB_MODE=online asks for online "
+                                "only: check the server (WANDB_BASE_URL) and network, or unset WANDB_MODE to go on "
+                                "offline")
+            return Mode(True, f"server {url} is not reachable: {problem}", url)
+    return chosen
+
+
+def wandb_offline() -> bool:
+    """Whether a run logs offline now (``wandb_mode``, without the server probe)."""
+    return wandb_mode().offline
 
 
 def online_only() -> bool:
@@ -120,37 +214,70 @@ def keep_files_under(wandb_dir: str | os.PathLike) -> None:
 
 
 def init_run(init: dict[str, Any], *, say=None):
-    """``wandb.init(**init)`` that never hangs on an unreachable server: online, it waits
-    ``init_timeout()`` seconds, then says so in one line and starts the same run offline (or,
-    with ``WANDB_MODE=online``, raises ``RunFailed``). ``init["dir"]`` is the folder that holds
-    ``wandb/``; W&B's data and cache folders are pointed under it first."""
+    """``wandb.init(**init)`` that says how it logs and never hangs on an unreachable server.
+
+    Without ``init["mode"]`` the mode is chosen here (``wandb_mode(probe=True)``) and said in one
+    line (``W&B: online (server ..., key from ...)`` or ``W&B: offline (why); upload later: repro
+    sync <dir>``). Online, it waits ``init_timeout()`` seconds, then says so in one line and starts
+    the same run offline (or, with ``WANDB_MODE=online``, raises ``RunFailed``); the online
+    attempt's own folder (``wandb/run-*``, logs only) is removed, so the tree holds the offline
+    run alone. ``init["dir"]`` is the folder that holds ``wandb/``; W&B's data and cache folders
+    are pointed under it first."""
+    import time
+
     import wandb
 
     say = say or (lambda m: print(m, file=sys.stderr, flush=True))
-    keep_files_under(Path(init["dir"]) / "wandb")
+    wandb_dir = Path(init["dir"]) / "wandb"
+    keep_files_under(wandb_dir)
     settings = init.pop("settings", None) or wandb.Settings()
     settings.init_timeout = init_timeout()
+    if init.get("mode") is None:
+        mode = wandb_mode(probe=True)
+        init["mode"] = mode.name
+        say(mode.line(init["dir"]))
+    started = time.time()
     try:
         run = wandb.init(**init, settings=settings)
     except Exception as e:  # noqa: BLE001 - W&B's CommError, a timeout, a refused key: all mean "not now"
         if init.get("mode") == "offline":
             raise
-        where = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")
+        where = base_url()
         why = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
         try:  # the service still holds the run that did not start (and prints its farewell now, not last)
             wandb.teardown()
         except Exception:  # noqa: BLE001
             pass
+        remove_failed_starts(wandb_dir, since=started)
         if online_only():
             raise RunFailed(f"W&B server {where} did not start the run within {settings.init_timeout:g} s ({why}); "
                             "WANDB_MODE=online asks for online only: check the server and key, or unset WANDB_MODE "
                             "to go on offline") from e
         say(f"W&B: server {where} did not start the run within {settings.init_timeout:g} s ({why}); going on "
-            f"offline under {Path(init['dir']) / 'wandb'}; upload later: repro sync "
-            f"{init['dir']}")
+            f"offline under {wandb_dir}; upload later: repro sync {init['dir']}")
         run = wandb.init(**{**init, "mode": "offline"}, settings=settings)
-    relative_links(run.settings.sync_dir)
+    relative_links(run.settings.sync_dir, within=wandb_dir)
     return run
+
+
+def remove_failed_starts(wandb_dir: str | os.PathLike, *, since: float) -> list[Path]:
+    """Remove the online run folders (``run-<time>-<id>``, not ``offline-run-*``) that a failed
+    start made in ``wandb_dir`` at or after ``since`` (epoch seconds): they hold W&B's logs of the
+    attempt only, with links by absolute path, and nothing to upload. Returns what was removed."""
+    import shutil
+
+    removed = []
+    for folder in Path(wandb_dir).glob("run-*"):
+        try:
+            if folder.is_dir() and not folder.is_symlink() and folder.stat().st_mtime >= since - 1:
+                shutil.rmtree(folder, ignore_errors=True)
+                removed.append(folder)
+        except OSError:
+            continue
+    for link in Path(wandb_dir).glob("latest-run"):
+        if link.is_symlink() and not link.exists():
+            link.unlink()
+    return removed
 
 
 def run_facts(trainer=None) -> dict[str, Any]:
@@ -169,6 +296,29 @@ def run_facts(trainer=None) -> dict[str, Any]:
             "host": platform.node(), "versions": package_versions()}
 
 
+#: metric names (the last part of the key) whose best value is the smallest, and the largest
+_LOWER_IS_BETTER = frozenset({"loss", "logloss", "nll"})
+_HIGHER_IS_BETTER = frozenset({"acc", "auc", "gauc", "top1", "top5"})
+
+
+def summary_ops(key: str) -> str | None:
+    """What the W&B summary keeps of a logged metric (``define_metric(summary=...)``): for the
+    training and validation metrics whose direction is known, the best and the last value
+    (``"min,last"`` for losses, ``"max,last"`` for accuracy, AUC, GAUC, few-shot accuracy;
+    counts such as ``val/gauc_users`` are not scores), so the
+    runs table can compare the best validation accuracy rather than the last logged one; None
+    (W&B's default, the last value) for the rest: throughput, clocks, learning rate, and the test
+    metrics, whose summary is the tested checkpoint's value (``results_summary``)."""
+    if not key.startswith(("val/", "train/")):
+        return None
+    leaf = key.rsplit("/", 1)[-1]
+    if leaf in _LOWER_IS_BETTER:
+        return "min,last"
+    if leaf in _HIGHER_IS_BETTER or re.fullmatch(r"fewshot_\d+", leaf):
+        return "max,last"
+    return None
+
+
 def _logger_class():
     from lightning.pytorch.loggers import WandbLogger
     from lightning.pytorch.loggers.logger import rank_zero_experiment
@@ -185,6 +335,7 @@ def _logger_class():
             super().__init__(**kwargs)
             self._id_dir = id_dir
             self._fresh = fresh
+            self._defined: set[str] = set()
 
         @property
         @rank_zero_experiment
@@ -210,6 +361,11 @@ def _logger_class():
 
         @rank_zero_only
         def log_metrics(self, metrics, step: int | None = None) -> None:
+            for key in metrics:
+                if key not in self._defined:
+                    self._defined.add(key)
+                    if (ops := summary_ops(key)) is not None:
+                        self.experiment.define_metric(key, step_metric="trainer/global_step", summary=ops)
             if step is None:
                 self.experiment.log(dict(metrics))
                 return
@@ -224,7 +380,7 @@ def run_logger(*, project: str, group: str, name: str, tags: list[str], log_dir:
     """The W&B logger of a run that writes into ``log_dir`` (see the module docstring)."""
     return _logger_class()(
         project=project, group=group, name=name, tags=tags, save_dir=str(log_dir), job_type=job_type,
-        mode="offline" if wandb_offline() else "online", id_dir=id_dir, fresh=fresh, config=config,
+        mode=None, id_dir=id_dir, fresh=fresh, config=config,  # chosen and said by init_run
         # a run left open in this process (an earlier in-process run, a notebook) is closed first;
         # wandb's default would hand that old run back instead
         reinit="finish_previous",
@@ -248,11 +404,21 @@ def save_with_run(run, run_dir: str | os.PathLike, names: list[str]) -> None:
             run.save(str(kept), base_path=str(files), policy="now")
 
 
-def relative_links(folder: str | os.PathLike) -> None:
+def relative_links(folder: str | os.PathLike, within: str | os.PathLike | None = None) -> None:
     """Make the symlinks W&B leaves in ``folder`` (its ``logs/debug-core.log`` points by absolute
-    path into ``wandb/cache``) relative, so they resolve in a copy of the run directory too."""
+    path into ``wandb/cache``) relative, so they resolve in a copy of the run directory too. With
+    ``within``, a link to a file outside that folder is removed instead: W&B's service is shared by
+    every run of one process, so a later run's core-log link points into the first run's folder,
+    which does not move with it (the link is a debug log pointer, nothing is uploaded from it)."""
+    within = Path(within).resolve() if within is not None else None
     for link in Path(folder).rglob("*"):
-        if link.is_symlink() and os.path.isabs(target := os.readlink(link)):
+        if not link.is_symlink():
+            continue
+        target = os.readlink(link)
+        absolute = Path(target) if os.path.isabs(target) else (link.parent / target)
+        if within is not None and not Path(os.path.abspath(absolute)).is_relative_to(within):
+            link.unlink()
+        elif os.path.isabs(target):
             link.unlink()
             link.symlink_to(os.path.relpath(target, link.parent))
 

@@ -16,8 +16,8 @@ import yaml
 from reproductions.artifacts import read_pending
 from reproductions.cli import main as cli_main
 from reproductions.rundir import experiment_name
-from reproductions.errors import UsageError
-from reproductions.tracking import wandb_offline
+from reproductions.errors import RunFailed, UsageError
+from reproductions.tracking import base_url, key_source, wandb_mode, wandb_offline
 from reproductions.results import RESULTS_FILE, read_results
 from tests.helpers import wandb_artifacts, wandb_records, wandb_summary
 
@@ -262,19 +262,64 @@ def test_bad_config_fails_before_training_with_a_clear_message(tmp_path, overrid
 
 
 def test_wandb_mode_follows_key_and_env(monkeypatch, tmp_path):
-    monkeypatch.delenv("WANDB_MODE", raising=False)
-    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    for var in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("WANDB_BASE_URL", "https://wandb.example.org")
     monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
-    assert wandb_offline()  # no key anywhere: offline, never blocks on a server
-    (tmp_path / "netrc").write_text("machine api.wandb.ai login user password k\n")
+    mode = wandb_mode()
+    assert mode.offline and wandb_offline()  # no key anywhere: offline, never blocks on a server
+    assert mode.line("runs/x") == ("W&B: offline (no W&B key for https://wandb.example.org; wandb login, or "
+                                   "WANDB_API_KEY, to log online); upload later: repro sync runs/x")
+    # a key for another host is not a key for this server
+    (tmp_path / "netrc").write_text("machine api.wandb.ai login user password " + "k" * 40 + "\n")
     monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
-    assert not wandb_offline()
-    monkeypatch.setenv("WANDB_MODE", "offline")
     assert wandb_offline()
+    # wandb login (or login --host) writes the entry for the server in force: online, and the line says why
+    (tmp_path / "netrc").write_text("machine wandb.example.org login user password " + "k" * 40 + "\n")
+    mode = wandb_mode()
+    assert not mode.offline
+    assert mode.line() == "W&B: online (server https://wandb.example.org, key from the netrc entry for wandb.example.org)"
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert wandb_mode().line() == "W&B: offline (WANDB_MODE=offline)"
     monkeypatch.delenv("WANDB_MODE")
     monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
     monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
-    assert not wandb_offline()
+    assert key_source() == "WANDB_API_KEY" and not wandb_offline()
+
+
+def test_wandb_mode_finds_the_login_to_the_library_default_host(monkeypatch, tmp_path):
+    """``wandb login`` with the pinned wandb writes its key for the library's default host, whatever its
+    name: that counts as logged in (the host is wandb's, not one spelt in our code)."""
+    from wandb.sdk import wandb_setup
+
+    for var in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    default = str(wandb_setup.singleton().settings.base_url)
+    host = default.split("://", 1)[1].split("/")[0]
+    (tmp_path / "netrc").write_text(f"machine {host} login user password " + "k" * 40 + "\n")
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+    assert base_url() == default.rstrip("/")
+    assert key_source() == f"the netrc entry for {host}" and not wandb_offline()
+
+
+def test_wandb_probe_goes_offline_at_once_when_the_server_is_known_down(monkeypatch, tmp_path):
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("WANDB_API_KEY", "x" * 40)
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{port}")
+    start = time.monotonic()
+    mode = wandb_mode(probe=True)
+    assert time.monotonic() - start < 1
+    assert mode.offline and mode.why == f"server http://127.0.0.1:{port} is not reachable: connection to 127.0.0.1:{port} refused"
+    assert not wandb_mode().offline  # without the probe: the key decides
+    monkeypatch.setenv("WANDB_MODE", "online")
+    with pytest.raises(RunFailed, match=r"is not reachable \(connection to .* refused\); WANDB_MODE=online asks"):
+        wandb_mode(probe=True)
 
 
 @pytest.mark.slow

@@ -90,8 +90,8 @@ def test_offline_mode_switches_the_libraries_and_restores_them(monkeypatch):
     assert {"1", "TRUE", "YES", "ON"} == TRUE_VALUES
 
 
-def test_endpoint_probe_fails_fast_on_a_closed_port(monkeypatch):
-    from datamodules.images.hub import endpoint_reachable
+def test_connection_probe_fails_fast_on_a_closed_port_and_names_why(monkeypatch):
+    from utils.net import connection_problem
 
     for var in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
         monkeypatch.delenv(var, raising=False)
@@ -99,9 +99,10 @@ def test_endpoint_probe_fails_fast_on_a_closed_port(monkeypatch):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     start = time.monotonic()
-    assert endpoint_reachable(f"http://127.0.0.1:{port}", timeout=2.0) is False
-    assert time.monotonic() - start < 5
+    assert connection_problem(f"http://127.0.0.1:{port}", timeout=2.0) == f"connection to 127.0.0.1:{port} refused"
+    assert time.monotonic() - start < 1  # refused is known at once
+    assert connection_problem("not a url") == "'not a url' names no host"
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
-        assert endpoint_reachable(f"http://127.0.0.1:{server.getsockname()[1]}", timeout=2.0) is True
+        assert connection_problem(f"http://127.0.0.1:{server.getsockname()[1]}", timeout=2.0) is None

@@ -84,6 +84,24 @@ def config_of(records: list) -> dict:
     return {item.key: json.loads(item.value_json) for c in updates for item in c.update}
 
 
+def assert_relocatable(folder: Path, old: Path) -> None:
+    """Every path the offline run ``folder``'s records name for upload exists where the folder is
+    now: saved files relative to its files folder and plain files there, no artifact (W&B would
+    record its staged files by absolute path), links relative and resolving; none names ``old``."""
+    records = records_of(folder)
+    for name in (f.path for files in of_kind(records, "files") for f in files.files):
+        assert not os.path.isabs(name) and str(old) not in name, name
+        assert (folder / "files" / name).is_file() and not (folder / "files" / name).is_symlink(), name
+    assert not of_kind(records, "artifact"), [a.name for a in of_kind(records, "artifact")]
+    for h in of_kind(records, "history"):
+        for item in h.item:
+            value = json.loads(item.value_json)
+            if isinstance(value, dict) and "path" in value:  # a media file (an image), relative to files/
+                assert (folder / "files" / value["path"]).is_file(), value
+    links = [p for p in folder.rglob("*") if p.is_symlink()]
+    assert all(not os.path.isabs(os.readlink(p)) and p.exists() for p in links), links
+
+
 def history_steps(records: list) -> list[int]:
     return [h.step.num for h in of_kind(records, "history")]
 
@@ -113,6 +131,16 @@ def test_fit_resume_test_and_overwrite_keep_one_run_per_directory_and_its_files_
     # the run's records: config once, facts, files and artifact under the run directory
     [run] = of_kind(before, "run")
     assert (run.run_id, run.run_group, run.job_type) == (run_id, "vit/digits", "fit")
+    assert list(run.tags) == ["vit/digits", "default", "seed0"]
+    # the summary keeps the best and the last of the validation metrics; the step metric is the trainer's
+    metrics: dict = {}
+    for m in of_kind(before, "metric"):  # the explicit definition over the "*" glob's expansion
+        if m.name and (m.name not in metrics or m.summary.max or m.summary.min):
+            metrics[m.name] = m
+    assert metrics["val/acc"].summary.max and metrics["val/acc"].summary.last
+    assert metrics["val/loss"].summary.min and metrics["val/loss"].summary.last
+    assert metrics["val/acc"].step_metric == "trainer/global_step"
+    assert "train/samples_per_sec" not in metrics or not metrics["train/samples_per_sec"].summary.max
     config = config_of(before)
     assert {"run", "model", "data", "trainer", "seed_everything", "facts"} <= set(config)
     assert not {"lr", "net", "batch_size", "_instantiator"} & set(config)  # no flat copy of the module's hparams
@@ -140,6 +168,10 @@ def test_fit_resume_test_and_overwrite_keep_one_run_per_directory_and_its_files_
     assert test_run.display_name == "vit/digits/default/seed0/test"
     assert config_of(test_records)["fit_run_id"] == run_id
     assert read_run_id(run_dir) == run_id  # testing leaves the fit's id alone
+    test_saved = {f.path for files in of_kind(test_records, "files") for f in files.files}
+    assert {"results.json", "config.yaml", "metrics.csv"} <= test_saved  # what it evaluated, with it
+    assert (test_folder / "files" / "config.yaml").read_bytes() == (run_dir / "config.yaml").read_bytes()
+    assert "seed0" in test_run.tags
 
     # overwrite: a new id; sync lists only the current attempt (and the test run)
     again = fit(tmp_path, "--trainer.max_epochs", "1", "--run.overwrite", "true")
@@ -174,26 +206,42 @@ def _closed_port() -> int:
 
 @pytest.mark.slow
 def test_an_unreachable_server_does_not_hang_the_run(tmp_path):
-    """A key but no server: the run says so in one line after WANDB_INIT_TIMEOUT and goes on
-    offline under the same id; with WANDB_MODE=online it stops with one error line instead."""
-    server = dict(WANDB_API_KEY="f" * 40, WANDB_BASE_URL=f"http://127.0.0.1:{_closed_port()}", WANDB_INIT_TIMEOUT="3",
-                  WANDB_MODE=None)  # fmt: skip
+    """A key but a server known to be down (connection refused): the run says so in its first W&B
+    line and goes offline at once; with WANDB_MODE=online it stops with one error line before
+    training. A server that accepts the connection but never answers: after WANDB_INIT_TIMEOUT one
+    line, then offline under the same id, and the online attempt leaves no folder behind."""
+    url = f"http://127.0.0.1:{_closed_port()}"
+    server = dict(WANDB_API_KEY="f" * 40, WANDB_BASE_URL=url, WANDB_INIT_TIMEOUT="3", WANDB_MODE=None)
     start = time.monotonic()
     done = fit(tmp_path, "--trainer.max_epochs", "1", timeout=240, **server)
     took = time.monotonic() - start
     assert done.returncode == 0, last_line(done)
     text = done.stdout + done.stderr
-    assert "did not start the run within 3 s" in text and "going on offline" in text, text[-2000:]
+    assert f"W&B: offline (server {url} is not reachable: connection to 127.0.0.1:" in text, text[-2000:]
+    assert "did not start the run" not in text  # known at once: no wait
     run_dir = tmp_path / RUN
     [folder] = offline_folders(run_dir)
     assert folder.name.endswith(read_run_id(run_dir))
     assert json.loads((run_dir / "results.json").read_text())["status"] == "finished"
-    print(f"unreachable server: fit finished offline in {took:.1f} s")
+    print(f"refused server: fit finished offline in {took:.1f} s")
 
     online = fit(tmp_path, "--trainer.max_epochs", "1", "--run.overwrite", "true", timeout=240,
                  **{**server, "WANDB_MODE": "online"})  # fmt: skip
     assert online.returncode == 1
-    assert last_line(online).startswith("error: W&B server http://127.0.0.1:") and "WANDB_MODE=online" in last_line(online)
+    assert last_line(online).startswith(f"error: W&B server {url} is not reachable") and "WANDB_MODE=online" in last_line(online)
+
+    with socket.socket() as silent:  # accepts connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        done = fit(tmp_path, "--trainer.max_epochs", "1", "--run.overwrite", "true", timeout=240,
+                   **{**server, "WANDB_BASE_URL": url})  # fmt: skip
+    assert done.returncode == 0, last_line(done)
+    text = done.stdout + done.stderr
+    assert f"W&B: online (server {url}, key from WANDB_API_KEY)" in text
+    assert "did not start the run within 3 s" in text and "going on offline" in text, text[-2000:]
+    assert offline_folders(run_dir)[-1].name.endswith(read_run_id(run_dir))  # (the replaced attempt's kept too)
+    assert not [p for p in (run_dir / "wandb").glob("run-*")]  # the failed online start left nothing
 
 
 # --------------------------------------------------------------------------- sync
@@ -344,9 +392,9 @@ def test_sync_logs_a_pending_model_artifact_into_its_uploaded_run_once(tmp_path,
 
     stub = types.SimpleNamespace(init=init, Artifact=Artifact, Settings=dict, run=None)
     monkeypatch.setitem(sys.modules, "wandb", stub)
-    monkeypatch.setattr(sync, "has_key", lambda: True)
-    monkeypatch.setattr(sync, "server", lambda: "https://wandb.example")
-    monkeypatch.setattr(sync, "reachable", lambda url: None)
+    monkeypatch.setattr(sync, "key_source", lambda url: "WANDB_API_KEY")
+    monkeypatch.setattr(sync, "base_url", lambda: "https://wandb.example")
+    monkeypatch.setattr(sync, "connection_problem", lambda url, timeout=None: None)
     synced: list = []
 
     def wandb_sync(command, env):
@@ -480,10 +528,76 @@ def test_report_run_is_data_and_reporting_again_continues_it(tmp_path, monkeypat
         for item in h.item:
             if len(item.nested_key) == 2:
                 logged.setdefault(item.nested_key[0], {})[item.nested_key[1]] = json.loads(item.value_json)
-    numbers = json.loads((folders[-1] / "files" / logged["report/numbers"]["path"]).read_text())
+    assert not {"report/numbers", "report/claims", "report/table"} & set(logged)  # offline: kept, not staged
+    config = config_of(records)
+    assert config["seeds"] == [0, 1] and config["seeds_planned"] == plan.seeds and config["finished_runs"] == 4
+    assert config["grid"] == {"none": [0, 1], "learned": [0, 1], "sincos": [], "relative": []}  # every variant shown
+    assert config["made_by"] == plan.sweep_command()
+    # the tables wait as files with one pending entry (relative paths) for repro sync to log
+    [pending] = read_pending(experiment)
+    assert (pending["type"], pending["run_id"], pending["uploaded"]) == ("tables", run_id, None)
+    files = {f["name"]: f["path"] for f in pending["files"]}
+    assert set(files) == {"report/numbers", "report/claims", "report/table"}
+    assert all(not os.path.isabs(p) for p in files.values())
+    numbers = json.loads((experiment / files["report/numbers"]).read_text())
     assert numbers["columns"] == columns and len(numbers["data"]) == len(rows)
     assert [r[columns.index("mean")] for r in numbers["data"]] == [r[columns.index("mean")] for r in rows]
-    claims = json.loads((folders[-1] / "files" / logged["report/claims"]["path"]).read_text())
+    claims = json.loads((experiment / files["report/claims"]).read_text())
     assert claims["columns"] == ["claim", "comparison", "difference", "s.e.", "verdict"] and claims["data"]
+    # moved elsewhere: no record names the old place, and sync lists the run and its tables from there
+    old, new = tmp_path / "runs", tmp_path / "moved" / "runs"
+    new.parent.mkdir()
+    shutil.move(old, new)
+    for folder in offline_folders(new / "pos-smoke"):
+        assert_relocatable(folder, old)
+    out = io.StringIO()
+    assert sync_main([str(new / "pos-smoke"), "--dry-run"], out=out) == 0
+    text = out.getvalue()
+    assert "would upload 2 (1 W&B run(s))" in text and f"tables-{run_id} (tables; )" in text and "missing" not in text
+    experiment, folders = new / "pos-smoke", offline_folders(new / "pos-smoke")
     [saved] = (folders[-1] / "files").glob("*.md")  # the report itself: a copy with the run, not a link
     assert not saved.is_symlink() and saved.read_text() == (experiment / saved.name).read_text()
+
+
+def test_pending_tables_are_logged_into_the_resumed_run_from_where_they_lie(tmp_path, monkeypatch):
+    """``keep_tables`` of an offline run writes each table as JSON with a relative pending entry; after
+    the tree moved, ``upload_pending`` resumes the run online and logs them as ``wandb.Table``s with the
+    same columns and rows, then marks the entry uploaded."""
+    from reproductions.artifacts import TABLES, keep_tables, upload_pending
+
+    old = tmp_path / "old" / "exp"
+    old.mkdir(parents=True)
+    offline = types.SimpleNamespace(id="rep1", project="proj", entity="")
+    keep_tables(offline, old, {"report/numbers": (["variant", "mean"], [["a", 1.5], ["b", 2.5]]),
+                               "report/claims": (["claim", "verdict"], [["a > b", "holds"]])})  # fmt: skip
+    new = tmp_path / "new"
+    shutil.move(tmp_path / "old", new)
+    exp = new / "exp"
+    [entry] = read_pending(exp)
+    assert entry["type"] == TABLES and entry["run_id"] == "rep1" and entry["entity"] is None
+    logged: list = []
+
+    class Table:
+        def __init__(self, columns, data):
+            self.columns, self.data = columns, data
+
+    class Run:
+        def log(self, payload):
+            logged.append({k: (v.columns, v.data) for k, v in payload.items()})
+
+        def finish(self, exit_code=None):
+            logged.append("finish")
+
+    inits: list = []
+
+    def init(**kw):
+        inits.append(kw)
+        return Run()
+
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=init, Table=Table, Settings=lambda **kw: kw,
+                                                                  run=None))
+    upload_pending(exp, entry)
+    assert inits[0]["id"] == "rep1" and inits[0]["resume"] == "must" and inits[0]["mode"] == "online"
+    assert logged == [{"report/numbers": (["variant", "mean"], [["a", 1.5], ["b", 2.5]]),
+                       "report/claims": (["claim", "verdict"], [["a > b", "holds"]])}, "finish"]  # fmt: skip
+    assert read_pending(exp)[0]["uploaded"]

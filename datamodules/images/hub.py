@@ -4,53 +4,25 @@
 (``HF_DATASETS_OFFLINE``, ``HF_HUB_OFFLINE``, ``TRANSFORMERS_OFFLINE``, read now rather than at import) and,
 when none is set, a TCP probe of the endpoint bounded to a few seconds. Offline it loads from the local cache
 only (``offline_mode``) and turns a miss into ``HubDatasetUnavailableError``, which says how to get the data,
-instead of the libraries' minutes of retries. ``endpoint_reachable``, ``offline_mode`` and ``TRUE_VALUES`` are
-also used for pretrained weights (``reproductions/analysis_inputs.py``).
+instead of the libraries' minutes of retries (the probe: ``utils.net.connection_problem``). ``offline_mode`` and
+``TRUE_VALUES`` are also used for pretrained weights (``reproductions/analysis_inputs.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import socket
-import threading
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlparse
 
 import datasets
 import huggingface_hub.constants
 
+from utils.net import connection_problem
+
 HUB_PROBE_TIMEOUT_S = 3.0
 TRUE_VALUES = frozenset({"1", "ON", "YES", "TRUE"})
 """Values of an offline switch (upper-cased, stripped) that turn it on."""
-
-
-def endpoint_reachable(endpoint: str, timeout: float = HUB_PROBE_TIMEOUT_S) -> bool:
-    """Whether a TCP connection to the hub endpoint (or the proxy in front of it) opens within ``timeout``."""
-    url = urlparse(endpoint)
-    host, port = url.hostname, url.port or (443 if url.scheme == "https" else 80)
-    proxy = urllib.request.getproxies().get(url.scheme)
-    if proxy and host and not urllib.request.proxy_bypass(host):
-        proxy_url = urlparse(proxy if "://" in proxy else f"http://{proxy}")
-        host, port = proxy_url.hostname, proxy_url.port or 80
-    if not host:
-        return False
-    result: list[bool] = []
-
-    def probe() -> None:
-        try:
-            socket.create_connection((host, port), timeout=timeout).close()
-            result.append(True)
-        except OSError:
-            result.append(False)
-
-    # A thread bounds DNS resolution too, which the socket timeout does not cover.
-    thread = threading.Thread(target=probe, daemon=True)
-    thread.start()
-    thread.join(timeout + 0.5)
-    return bool(result and result[0])
 
 
 def hub_offline() -> tuple[bool, str]:
@@ -65,8 +37,9 @@ def hub_offline() -> tuple[bool, str]:
     if datasets.config.HF_HUB_OFFLINE:
         return True, "datasets.config.HF_HUB_OFFLINE is set"
     endpoint = huggingface_hub.constants.ENDPOINT
-    if not endpoint_reachable(endpoint):
-        return True, f"{endpoint} is unreachable: a connection probe failed or took over {HUB_PROBE_TIMEOUT_S:g} s"
+    problem = connection_problem(endpoint, HUB_PROBE_TIMEOUT_S)
+    if problem is not None:
+        return True, f"{endpoint} is unreachable: {problem}"
     return False, f"{endpoint} is reachable"
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from typing import Any
 
 from reproductions.sweeping.claims import ClaimLine
@@ -77,32 +78,49 @@ def claims_table(lines: list[ClaimLine]) -> tuple[list[str], list[list[Any]]]:
     return ["claim", "comparison", "difference", "s.e.", "verdict"], rows
 
 
+def report_config(plan: Plan, collected) -> dict[str, Any]:
+    """The report run's config, equal to what its tables show: the seeds of the finished runs the
+    tables hold (``seeds``; the plan's ``seeds_planned`` beside them), the grid (variants and their
+    seeds), the metric, the command that made the runs and the one that made this report."""
+    import shlex
+
+    grid = {vr.variant.name: sorted(int(r.get("seed")) for r in vr.results if isinstance(r.get("seed"), int))
+            for vr in collected}  # fmt: skip
+    return {"sweep": plan.sweep.id, "profile": plan.profile.name,
+            "seeds": sorted({s for seeds in grid.values() for s in seeds}), "seeds_planned": list(plan.seeds),
+            "grid": grid, "finished_runs": sum(len(v) for v in grid.values()), "metric": plan.sweep.metric.key,
+            "made_by": plan.sweep_command(), "command": shlex.join(["repro", *sys.argv[1:]]),
+            "run": {"variant": "report", "experiment": plan.experiment}}  # fmt: skip
+
+
 def publish(plan: Plan, report, project: str = "attention-repro") -> str:
     """Log ``report`` (a ``reproductions.sweeping.report.Report``) as the sweep's report run;
-    returns its W&B run id. Offline unless a key is configured (``tracking.wandb_offline``)."""
+    returns its W&B run id. Online or offline as ``tracking.wandb_mode`` says (said in one line)."""
     import wandb
 
-    from reproductions.tracking import init_run, keep_run_id, save_with_run, wandb_offline
+    from reproductions.artifacts import keep_tables
+    from reproductions.tracking import init_run, keep_run_id, save_with_run
 
     directory = plan.experiment_dir
     run_id = keep_run_id(directory)
     step = len(list((directory / "wandb").glob(f"*run-*-{run_id}")))  # one step per report made
+    collected = collect(plan)
     run = init_run(dict(
         project=project, id=run_id, resume="allow", group=plan.experiment, name=f"{plan.experiment}/report",
         job_type="report", tags=list(dict.fromkeys([plan.sweep.axis, plan.profile.name, plan.sweep.id])),
-        dir=str(directory), mode="offline" if wandb_offline() else "online",
-        reinit="finish_previous",  # never hand back a run left open in this process
-        config={"sweep": plan.sweep.id, "profile": plan.profile.name, "seeds": plan.seeds,
-                "metric": plan.sweep.metric.key, "run": {"variant": "report", "experiment": plan.experiment}},
+        dir=str(directory), reinit="finish_previous",  # never hand back a run left open in this process
+        config=report_config(plan, collected),
     ))  # fmt: skip
     try:
-        columns, rows = numbers_table(plan, collect(plan))
+        columns, rows = numbers_table(plan, collected)
         claim_columns, claim_rows = claims_table(report.claim_lines)
-        payload: dict[str, Any] = {
-            "report/numbers": wandb.Table(columns=columns, data=rows),
-            "report/claims": wandb.Table(columns=claim_columns, data=claim_rows),
-            "report/table": wandb.Table(columns=report.header, data=report.rows),
-        }
+        tables = {"report/numbers": (columns, rows), "report/claims": (claim_columns, claim_rows),
+                  "report/table": (report.header, report.rows)}
+        if run.offline:  # kept as files with a pending entry, logged by repro sync (see keep_tables)
+            keep_tables(run, directory, tables)
+            payload: dict[str, Any] = {}
+        else:
+            payload = {key: wandb.Table(columns=list(c), data=[list(r) for r in rs]) for key, (c, rs) in tables.items()}
         for fig in report.figures:
             payload[f"report/{fig.stem}"] = wandb.Image(str(fig))
         run.log(payload, step=step)
@@ -129,10 +147,10 @@ def log_references(records, *, project: str = "attention-repro", root: str | os.
     The run id is fixed by the record (``ref<record id>``), so logging a record again resumes the
     same run. Files go under ``<root>/registry/<sweep>/<profile>/<variant>/seed<k>/``: offline
     here, ``repro sync <root>/registry`` uploads them (online when a key is configured,
-    ``tracking.wandb_offline``). Returns one line per record."""
+    ``tracking.wandb_mode``). Returns one line per record."""
     from pathlib import Path
 
-    from reproductions.tracking import init_run, results_summary, wandb_offline
+    from reproductions.tracking import init_run, results_summary
 
     lines = []
     for rec in records:
@@ -144,7 +162,7 @@ def log_references(records, *, project: str = "attention-repro", root: str | os.
             project=project, id="ref" + d["id"], resume="allow", group=group_name, job_type="reference",
             name=f"{group_name}/{d['variant']}/seed{d['seed']}/reference",
             tags=list(dict.fromkeys(["reference", d["variant"], d["profile"], d["sweep"], f"seed{d['seed']}"])),
-            dir=str(directory), mode="offline" if wandb_offline() else "online", reinit="finish_previous",
+            dir=str(directory), reinit="finish_previous",
             config={"sweep": d["sweep"], "profile": d["profile"], "seed_everything": d["seed"],
                     "run": {"variant": d["variant"], "experiment": group_name}, "overrides": d["overrides"],
                     "config_digest": d["config_digest"], "record": d["id"],
@@ -160,7 +178,7 @@ def log_references(records, *, project: str = "attention-repro", root: str | os.
                 if step is not None and logged:
                     run.log(logged, step=int(step))
             run.summary.update(results_summary({**d, "status": "finished"}))
-            lines.append(f"{rec.path.name}: W&B run {run.id} ({'offline' if wandb_offline() else 'online'}) "
+            lines.append(f"{rec.path.name}: W&B run {run.id} ({'offline' if run.offline else 'online'}) "
                          f"in group {group_name}, {len(rows)} validations")  # fmt: skip
         finally:
             run.finish()
