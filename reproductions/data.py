@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from reproductions.errors import ReproError, UsageError, yaml_syntax_message
+from reproductions.errors import ReproError, UsageError, one_line, yaml_syntax_message
 
 DATA_CLASS = "datamodules.images.ImageDataModule"
 
@@ -221,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     except ReproError:  # a usage error we name ourselves: the one `error:` line, exit 2
         raise
     except (OSError, ValueError, ImportError) as err:  # undecodable files, gated or unreachable hub, bad settings
-        print(f"data {args.command}: {type(err).__name__}: {err}", file=sys.stderr)
+        # our messages name the file or setting and what to do: the one ``error:`` line, as every command
+        print(f"error: {one_line(str(err) or type(err).__name__, limit=10_000)}", file=sys.stderr)
         return 1
     if args.json:
         from utils.atomic import json_text

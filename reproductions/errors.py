@@ -318,6 +318,15 @@ def _yaml_problem(error, text: str | None) -> tuple[str, str]:
     return what, "fix the YAML syntax there (an unclosed bracket or quote, a missing ':' or a bad indentation)"
 
 
+def yaml_error_line(error, text: str | None, where: str) -> str:
+    """One line for a YAML syntax error (``yaml.MarkedYAMLError``) of the file ``where`` (its ``text``
+    if known): ``WHERE, line L, column C: what is wrong; what to do``."""
+    what, todo = _yaml_problem(error, text)
+    mark = error.problem_mark
+    at = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "somewhere"
+    return one_line(f"{where}, {at}: {what}; {todo}")
+
+
 def yaml_syntax_message(exc: BaseException, config_files: Sequence[str] = ()) -> str | None:
     """A YAML syntax error in ``exc``'s chain as one line naming the file, line and column and what is wrong
     (``--config bad.yaml, line 2, column 1: a tab character where YAML expects spaces ...; replace the tab with
@@ -333,15 +342,10 @@ def yaml_syntax_message(exc: BaseException, config_files: Sequence[str] = ()) ->
             text = Path(name).expanduser().read_text()
             yaml.safe_load(text)
         except yaml.MarkedYAMLError as again:
-            what, todo = _yaml_problem(again, text)
-            mark = again.problem_mark
-            return one_line(f"--config {name}, line {mark.line + 1}, column {mark.column + 1}: {what}; {todo}")
+            return yaml_error_line(again, text, f"--config {name}")
         except (OSError, UnicodeDecodeError):
             continue
-    what, todo = _yaml_problem(error, None)
-    mark = error.problem_mark
-    where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "somewhere"
-    return one_line(f"a config could not be parsed as YAML, {where}: {what}; {todo}")
+    return yaml_error_line(error, None, "a config could not be parsed as YAML")
 
 
 def config_files(argv: Sequence[str]) -> list[str]:

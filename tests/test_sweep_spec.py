@@ -246,3 +246,17 @@ def test_bad_sweep_files_fail_with_the_key_and_the_file(tmp_path, spec, message)
     with pytest.raises(SweepError, match=re.escape(message)) as err:
         make_plan(path, "smoke")
     assert "bad.yaml" in str(err.value)
+
+
+@pytest.mark.parametrize("text, where, what", [
+    ("name: x\nvariants:\n\t- a\n", "line 3, column 1", "a tab character where YAML expects spaces"),
+    ("name: x\nvariants: [a, b\n", "line 3, column 1", "expected ',' or ']', but got the end of the file"),
+])
+def test_a_sweep_file_that_is_not_yaml_names_file_line_and_cause(tmp_path, text, where, what):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(SweepError) as err:
+        make_plan(path, "smoke")
+    message = str(err.value)
+    assert message.startswith(f"{path}, {where}: {what}") and "\n" not in message
+    assert "while scanning" not in message and "<unicode string>" not in message

@@ -69,6 +69,8 @@ from typing import Any
 
 import yaml
 
+from reproductions.errors import yaml_error_line
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 REPRODUCTIONS_DIR = REPO_ROOT / "reproductions"
 DEFAULT_PROFILE = "cpu"
@@ -366,8 +368,11 @@ def _profile_grid(raw: dict, spec: dict) -> dict:
 def load_sweep(ref: str | os.PathLike) -> Sweep:
     """Read and check a sweep file; every mistake names the file and the key."""
     path = find_sweep(ref)
+    text = path.read_text()
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as e:
+        raise SweepError(yaml_error_line(e, text, str(path))) from e
     except yaml.YAMLError as e:
         raise SweepError(f"{path}: not valid YAML: {e}") from e
     where = str(path)
