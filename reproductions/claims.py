@@ -1,7 +1,7 @@
 """``repro claims``: every claim of every sweep, at every scale that has runs, on one page.
 
     repro claims [--root runs] [--no-local] [--out docs/claims.md] [--figures docs/figures/claims]
-                 [--sweep vit/position ...] [--smoke] [--check]
+                 [--sweep vit/position ...] [--smoke] [--check] [--wandb [--project P]]
 
 Reads the records of the results registry (``results/``, ``repro registry``) and the finished
 local runs under the root (not with ``--no-local``) of every sweep of the repository (or of each
@@ -15,7 +15,9 @@ analysis (not with ``--sweep``). What goes in the page is described in
 ``reproductions/sweeping/claims_page.py``. Nothing is written until all is computed, and then
 atomically; no record and no finished run at all is an error (exit 2). ``--check`` writes
 nothing and exits 1 when the page or a figure on disk differs from what it would write (the
-committed docs/claims.md is the registry's page: ``repro claims --no-local``).
+committed docs/claims.md is the registry's page: ``repro claims --no-local``). ``--wandb`` also
+logs the page as a W&B run (``publish.log_claims``): its comparisons as a table, its figures and
+its Markdown.
 """
 
 from __future__ import annotations
@@ -111,6 +113,10 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     p.add_argument("--sweep", action="append", default=None,
                    help="a sweep name (vit/position) or sweep YAML file; give it again for more (default: every sweep)")
     p.add_argument("--smoke", action="store_true", help=f"also the {SMOKE_PROFILE!r} profiles (for tests; not a result)")
+    p.add_argument("--wandb", action="store_true",
+                   help="also log the page as a W&B run (job type claims: its table, figures and Markdown), kept in "
+                        "<root>/claims/; offline unless a key is configured, then repro sync <root>/claims")
+    p.add_argument("--project", default="attention-repro", help="W&B project with --wandb (default %(default)s)")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     sweeps = list(args.sweep or profiles_by_sweep())
     local = not args.no_local
@@ -151,6 +157,11 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         print(f"{sc.sweep.id}: {', '.join(m.profile.name for m in sc.measured)}; {len(claims)} claim{'s' if len(claims) != 1 else ''}"
               + (f"; not measured: {', '.join(sc.not_run)}" if sc.not_run else ""), file=out)  # fmt: skip
     print(f"page: {page.path}" + (f"\nfigures: {len(page.figures)} in {Path(args.figures)}" if page.figures else ""), file=out)
+    if args.wandb:
+        from reproductions.sweeping.publish import log_claims
+
+        run_id = log_claims(page, gathered, command=_command(shown), root=args.root, project=args.project)
+        print(f"W&B: claims run {run_id} in {Path(args.root) / 'claims'}", file=out)
     return 0
 
 

@@ -312,3 +312,23 @@ def assert_every_parameter_trains(model: torch.nn.Module, images: torch.Tensor, 
         model(images).logsumexp(dim=1).sum().backward()
         opt.step()
     assert all(p.grad.abs().sum() > 0 for p in model.parameters())
+
+
+def history_values(records: list) -> dict:
+    """What the history records of a W&B run file logged, by key, later steps over earlier ones: a
+    plain value, or for a media or table value (logged as nested keys) a dict of its fields
+    (``{"_type": "image-file", "path": "media/images/...", ...}``)."""
+    import json
+
+    logged: dict = {}
+    for r in records:
+        if r.WhichOneof("record_type") != "history":
+            continue
+        for item in r.history.item:
+            keys = list(item.nested_key) or [item.key]
+            value = json.loads(item.value_json)
+            if len(keys) == 1:
+                logged[keys[0]] = value
+            else:
+                logged.setdefault(keys[0], {})[keys[1]] = value
+    return logged

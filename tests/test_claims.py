@@ -236,3 +236,42 @@ def test_same_picture_tolerates_a_few_moved_pixels_not_another_figure(tmp_path):
     other[5:55, 30:50] = 0
     assert same_picture(png(base), png(base)) and same_picture(png(base), png(moved))
     assert not same_picture(png(base), png(other)) and not same_picture(png(base), png(base[:50]))
+
+
+def test_the_page_as_a_wandb_run_holds_its_comparisons_figures_and_markdown(tmp_path, monkeypatch, capsys):
+    """``--wandb`` (offline): one claims run kept in <root>/claims, its config the page's command; its
+    table (waiting for sync as a relocatable file) has one row per claim and profile with the page's
+    verdicts; each scale figure is an image in its history; the Markdown is a file of the run."""
+    import wandb
+
+    from reproductions.artifacts import read_pending, read_table
+    from reproductions.tracking import read_run_id
+    from tests.helpers import history_values, wandb_records
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    sweep, root = claims_sweep(tmp_path), tmp_path / "runs"
+    put_runs(root)
+    out, figures = tmp_path / "docs" / "claims.md", tmp_path / "docs" / "figures" / "claims"
+    argv = ["--sweep", str(sweep), "--root", str(root), "--out", str(out), "--figures", str(figures), "--wandb"]
+    assert claims_main(argv) == 0
+    wandb.teardown()
+    printed = capsys.readouterr()
+    assert "W&B: offline (WANDB_MODE=offline)" in printed.err and "W&B: claims run" in printed.out
+    directory = root / "claims"
+    run_id = read_run_id(directory)
+    [folder] = (directory / "wandb").glob(f"offline-run-*-{run_id}")
+    records = wandb_records(next(folder.glob("run-*.wandb")))
+    [run] = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+    assert (run.job_type, run.run_group, run.display_name) == ("claims", "claims", "claims")
+    [entry] = read_pending(directory)
+    table = read_table(directory / entry["files"][0]["path"])
+    md = out.read_text()
+    rows = {(r[1], r[2]): r for r in table["data"]}
+    small = rows_of(md, "learned > none")
+    assert rows[("learned > none", "small")][-1] == small[0][-1].split(" ")[0].strip("*")  # the page's verdict
+    assert {p for (_, p) in rows} == {"small", "large"}
+    images = [v for v in history_values(records).values() if isinstance(v, dict) and v.get("_type") == "image-file"]
+    assert all((folder / "files" / v["path"]).is_file() for v in images)  # media: relative to files/
+    assert len(images) == len(list(figures.glob("*.png"))) > 0
+    saved = {f.path for r in records if r.WhichOneof("record_type") == "files" for f in r.files.files}
+    assert "claims.md" in saved and (folder / "files" / "claims.md").read_text() == md

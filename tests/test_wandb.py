@@ -29,7 +29,7 @@ from reproductions import sync
 from reproductions.artifacts import PENDING_FILE, keep_pending, read_pending
 from reproductions.sync import find_offline_runs, main as sync_main
 from reproductions.tracking import RUN_ID_FILE, offline_folder, read_run_id
-from tests.helpers import wandb_records
+from tests.helpers import history_values, wandb_records
 from tests.report_helpers import position_sweep, put
 
 REPO = Path(__file__).resolve().parents[1]
@@ -93,11 +93,9 @@ def assert_relocatable(folder: Path, old: Path) -> None:
         assert not os.path.isabs(name) and str(old) not in name, name
         assert (folder / "files" / name).is_file() and not (folder / "files" / name).is_symlink(), name
     assert not of_kind(records, "artifact"), [a.name for a in of_kind(records, "artifact")]
-    for h in of_kind(records, "history"):
-        for item in h.item:
-            value = json.loads(item.value_json)
-            if isinstance(value, dict) and "path" in value:  # a media file (an image), relative to files/
-                assert (folder / "files" / value["path"]).is_file(), value
+    for value in history_values(records).values():
+        if isinstance(value, dict) and "path" in value:  # a media file (an image), relative to files/
+            assert not os.path.isabs(value["path"]) and (folder / "files" / value["path"]).is_file(), value
     links = [p for p in folder.rglob("*") if p.is_symlink()]
     assert all(not os.path.isabs(os.readlink(p)) and p.exists() for p in links), links
 
@@ -523,11 +521,7 @@ def test_report_run_is_data_and_reporting_again_continues_it(tmp_path, monkeypat
     assert (run.run_group, run.job_type, run.display_name) == ("pos-smoke", "report", "pos-smoke/report")
     assert config_of(records)["run"]["variant"] == "report"
     assert history_steps(records) == [1] and history_steps(records_of(folders[0])) == [0]
-    logged: dict[str, dict] = {}
-    for h in of_kind(records, "history"):
-        for item in h.item:
-            if len(item.nested_key) == 2:
-                logged.setdefault(item.nested_key[0], {})[item.nested_key[1]] = json.loads(item.value_json)
+    logged = history_values(records)
     assert not {"report/numbers", "report/claims", "report/table"} & set(logged)  # offline: kept, not staged
     config = config_of(records)
     assert config["seeds"] == [0, 1] and config["seeds_planned"] == plan.seeds and config["finished_runs"] == 4

@@ -24,7 +24,7 @@ import os
 import sys
 from typing import Any
 
-from reproductions.sweeping.claims import ClaimLine
+from reproductions.sweeping.claims import VERDICTS, ClaimLine
 from reproductions.sweeping.collect import VariantResults, collect
 from reproductions.sweeping.plan import Plan
 from reproductions.sweeping.tables import paper_value
@@ -183,3 +183,61 @@ def log_references(records, *, project: str = "attention-repro", root: str | os.
         finally:
             run.finish()
     return lines
+
+
+def claims_rows(gathered) -> tuple[list[str], list[list[Any]]]:
+    """The claims page's comparisons as one table: per sweep, claim and profile (in scale order),
+    the scale, the runs on each side, a - b, its standard error and the verdict."""
+    columns = ["sweep", "claim", "profile", "scale", "n a", "n b", "difference", "s.e.", "verdict"]
+    rows = []
+    for sc in gathered:
+        for claim, measured in sc.claims().items():
+            for m, c in measured:
+                scale = m.profile.scale
+                rows.append([sc.sweep.id, claim, m.profile.name,
+                             None if scale is None else f"{scale.axis}={scale.value}", c.stat_a.n, c.stat_b.n,
+                             c.difference, c.se, c.verdict])  # fmt: skip
+    return columns, rows
+
+
+def log_claims(page, gathered, *, command: str, root: str | os.PathLike = "runs",
+               project: str = "attention-repro") -> str:  # fmt: skip
+    """The claims page as a W&B run (job type ``claims``, group ``claims``): the table of every
+    comparison (``claims_rows``), each scale figure as an image, the page's Markdown as a file,
+    the command and the counts in its config. One run kept in ``<root>/claims/`` (its id in
+    ``wandb/run_id``; each page a new step); offline its table waits for ``repro sync <root>/claims``
+    as the report's do (``artifacts.keep_tables``). Returns the run id."""
+    from pathlib import Path
+
+    import wandb
+
+    from reproductions.artifacts import keep_tables
+    from reproductions.tracking import init_run, keep_run_id, save_with_run
+
+    directory = Path(root) / "claims"
+    directory.mkdir(parents=True, exist_ok=True)
+    run_id = keep_run_id(directory)
+    step = len(list((directory / "wandb").glob(f"*run-*-{run_id}")))  # one step per page made
+    columns, rows = claims_rows(gathered)
+    run = init_run(dict(
+        project=project, id=run_id, resume="allow", group="claims", name="claims", job_type="claims",
+        tags=["claims"], dir=str(directory), reinit="finish_previous",
+        config={"command": command, "sweeps": [sc.sweep.id for sc in gathered if sc.measured],
+                "comparisons": len(rows), "run": {"variant": "claims", "experiment": "claims"}},
+    ))  # fmt: skip
+    try:
+        tables = {"claims/table": (columns, rows)}
+        if run.offline:
+            keep_tables(run, directory, tables)
+            payload: dict[str, Any] = {}
+        else:
+            payload = {key: wandb.Table(columns=c, data=rs) for key, (c, rs) in tables.items()}
+        for fig in sorted(page.figures):
+            payload[f"claims/{Path(fig).stem}"] = wandb.Image(str(fig))
+        run.log(payload, step=step)
+        run.summary["claims/comparisons"] = len(rows)
+        run.summary.update({f"claims/{v}": sum(r[-1] == v for r in rows) for v in VERDICTS})
+        save_with_run(run, page.path.parent, [page.path.name])
+        return run.id
+    finally:
+        run.finish()
