@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from reproductions.errors import RunFailed, UsageError
+from utils.process import process_alive, process_start
 
 REPRODUCTIONS_DIR = Path(__file__).resolve().parent  # reproductions/
 #: folders whose configs modify an experiment rather than name one (see ``experiment_name``)
@@ -42,28 +43,6 @@ LOCK_FILE = "run.lock"
 
 class RunDirBusy(RunFailed):
     """Another live run holds the run directory's lock."""
-
-
-def _proc_start_ticks(pid: int) -> int | None:
-    """The start time of process ``pid`` in clock ticks since boot (Linux /proc), or None."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    try:  # the command name (field 2) may hold spaces and parentheses: split after its last ')'
-        return int(stat.rsplit(")", 1)[1].split()[19])
-    except (IndexError, ValueError):
-        return None
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
 
 
 def slurm_job() -> str | None:
@@ -91,11 +70,7 @@ def is_stale(holder: dict) -> bool:
     if holder.get("host") != platform.node():
         return False  # cannot tell from here
     pid = holder.get("pid")
-    if not isinstance(pid, int) or not _pid_alive(pid):
-        return True
-    started = holder.get("proc_start")
-    now = _proc_start_ticks(pid)
-    return started is not None and now is not None and started != now  # the pid was recycled
+    return not isinstance(pid, int) or not process_alive(pid, start=holder.get("proc_start"))  # gone or recycled
 
 
 def read_holder(run_dir: str | os.PathLike, *, wait: bool = False, name: str = LOCK_FILE) -> dict | None:
@@ -160,7 +135,7 @@ class RunDirLock:
             "host": platform.node(),
             "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "command": self.command,
-            "proc_start": _proc_start_ticks(os.getpid()),
+            "proc_start": process_start(os.getpid()),
             "slurm_job": slurm_job(),
             **({"for_children": True} if self.for_children else {}),
         }

@@ -18,7 +18,7 @@ import pytest
 
 from reproductions.report import main as report_main
 from reproductions.results import RESULTS_FILE, atomic_write_json
-from reproductions.rundir import _proc_start_ticks
+from utils.process import process_start
 from reproductions.sweeping.plan import make_plan
 from reproductions.sweeping.collect import collect
 from reproductions.sweeping.report import REPORT_FILE, write_report
@@ -45,7 +45,7 @@ def test_report_table_from_hand_made_results(tmp_path, capsys):
     running.mkdir(parents=True)
     (running / "stdout.log").write_text("UserWarning: something\n")
     (running / "run.lock").write_text(json.dumps({"pid": os.getpid(), "host": platform.node(), "started": "T0",
-                                                  "proc_start": _proc_start_ticks(os.getpid())}))  # fmt: skip
+                                                  "proc_start": process_start(os.getpid())}))  # fmt: skip
     dead = root / exp / "sincos" / "seed1"
     dead.mkdir(parents=True)
     (dead / "stdout.log").write_text("KeyboardInterrupt\n")
@@ -247,7 +247,11 @@ def wandb_records(path: Path) -> list:
 @pytest.mark.slow
 def test_wandb_report_logs_the_table_and_the_figure_offline_in_the_sweeps_group(tmp_path, monkeypatch):
     """``report --wandb`` offline: one ``report`` run in the experiment's group whose history holds
-    the table (its rows are the report's) and the figure (the PNG), read back from the run's files."""
+    the figure (the PNG), read back from the run's files, and whose table (its rows are the
+    report's) waits beside it for repro sync."""
+    from reproductions.artifacts import read_pending, read_table
+    from tests.helpers import history_values
+
     import wandb
 
     monkeypatch.setenv("WANDB_MODE", "offline")
@@ -263,15 +267,13 @@ def test_wandb_report_logs_the_table_and_the_figure_offline_in_the_sweeps_group(
     [run] = [r.run for r in records if r.WhichOneof("record_type") == "run"]
     assert (run.run_group, run.job_type, run.display_name) == ("pos-smoke", "report", "pos-smoke/report")
     assert list(run.tags) == ["position", "smoke", "pos"]
-    logged: dict[str, dict] = {}
-    for r in records:
-        if r.WhichOneof("record_type") == "history":
-            for item in r.history.item:
-                if len(item.nested_key) == 2:
-                    logged.setdefault(item.nested_key[0], {})[item.nested_key[1]] = json.loads(item.value_json)
-    assert logged["report/table"]["_type"] == "table-file" and logged["report/position"]["_type"] == "image-file"
+    logged = history_values(records)
+    assert logged["report/position"]["_type"] == "image-file" and "report/table" not in logged
     files = run_dir / "files"
-    logged_table = json.loads((files / logged["report/table"]["path"]).read_text())
+    # offline, the table waits as a file for repro sync (W&B would stage it by absolute path)
+    [pending] = read_pending(root / "pos-smoke")
+    path = next(f["path"] for f in pending["files"] if f["name"] == "report/table")
+    logged_table = read_table(root / "pos-smoke" / path)
     md = (root / "pos-smoke" / REPORT_FILE).read_text()
     plan = make_plan(sweep, "smoke", root=root)
     header, rows = table(plan, collect(plan))

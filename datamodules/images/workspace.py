@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from utils.atomic import atomic_directory, atomic_write_json
+from utils.process import boot_id, process_alive, process_start
 
 OWNER = ".owner.json"
 """The owner record inside a temporary preparation directory."""
@@ -96,28 +97,12 @@ def check_writable(cache_root: Path, origin: str = "") -> None:
 # ------------------------------------------------------------------------------------------------ owners
 
 
-def _boot_id() -> str | None:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return None
-
-
-def _process_start(pid: int) -> str | None:
-    """When ``pid`` started, in clock ticks since boot (``/proc/<pid>/stat`` field 22); None where unknown."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[-1].split()[19]
-
-
 def owner_record() -> dict[str, Any]:
     """Who this process is: pid, host, start time, boot id, when, and the command line."""
     import sys
 
-    return {"pid": os.getpid(), "host": socket.gethostname(), "process_start": _process_start(os.getpid()),
-            "boot_id": _boot_id(), "created": time.time(), "command": " ".join(sys.argv)[:300]}  # fmt: skip
+    return {"pid": os.getpid(), "host": socket.gethostname(), "process_start": process_start(os.getpid()),
+            "boot_id": boot_id(), "created": time.time(), "command": " ".join(sys.argv)[:300]}  # fmt: skip
 
 
 def owner_alive(owner: dict[str, Any]) -> bool | None:
@@ -125,18 +110,7 @@ def owner_alive(owner: dict[str, Any]) -> bool | None:
     (another host). A pid reused by a newer process, or a restarted machine, counts as not running."""
     if owner.get("host") != socket.gethostname():
         return None
-    boot = _boot_id()
-    if owner.get("boot_id") and boot and owner["boot_id"] != boot:
-        return False
-    pid = int(owner["pid"])
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: it exists
-        pass
-    start = _process_start(pid)
-    return not (owner.get("process_start") and start and start != owner["process_start"])
+    return process_alive(int(owner["pid"]), start=owner.get("process_start"), boot=owner.get("boot_id"))
 
 
 @contextlib.contextmanager

@@ -555,7 +555,7 @@ def run(args: argparse.Namespace) -> Report:
             tables.append(peer_table(rows, "FuxiCTR", title, [
                 "FuxiCTR's BST: built from FuxiCTR's layers as its model zoo's BST, at our widths "
                 "(reproductions/benchmarks/fuxictr_peer.py); params differ only in the position tables.",
-                "x FuxiCTR: median of the per-round ratios (each round measures both, alternating the order); spread: "
+                "x FuxiCTR: median of the per-round ratios (each round measures every model once, the order alternating); spread: "
                 "their min-max. Training: forward, BCE on logits, backward, AdamW; inference: eval forward under "
                 "torch.inference_mode.",
                 f"peak MiB (training step): {memory_method(device)}.",
