@@ -1,6 +1,6 @@
 """What ``repro analyze`` and the attention notebook analyse: the model (``Target``: a
 checkpoint of this repository, a timm ViT, or the shipped demo checkpoint; ``load_target``,
-``load_checkpoint``, ``load_timm``) and its images (``Images``, ``load_images``), with
+``load_checkpoint_net``, ``load_timm``) and its images (``Images``, ``load_images``), with
 ``AnalyzeError`` for every way an input can be wrong. The analyses themselves and the command
 are ``reproductions.analyze``.
 """
@@ -98,7 +98,7 @@ def _net_class(checkpoint: dict) -> str:
     return type(net).__name__ if net is not None else str(hparams.get("_class_path") or "?")
 
 
-def load_checkpoint(path: str | os.PathLike, *, label: Optional[str] = None, device: str = "cpu",
+def load_checkpoint_net(path: str | os.PathLike, *, label: Optional[str] = None, device: str = "cpu",
                     analysis: Optional[str] = None) -> Target:
     """A checkpoint of this repository: its net (rebuilt from the hyper-parameters) in eval mode.
 
@@ -166,13 +166,13 @@ def load_target(
     """The notebook's model: ``ckpt`` if given, else the timm model ``timm_name`` (random init
     unless ``weights``), else the shipped checkpoint (``DEMO_CKPT``)."""
     if ckpt:
-        return load_checkpoint(ckpt, device=device)
+        return load_checkpoint_net(ckpt, device=device)
     if timm_name:
         return load_timm(timm_name, weights=weights, img_size=img_size, device=device)
     if not DEMO_CKPT.is_file():
         raise AnalyzeError(f"the shipped checkpoint {_repo_relative(DEMO_CKPT)} is missing; give a checkpoint or a "
                            "timm model name")
-    return load_checkpoint(DEMO_CKPT, device=device)
+    return load_checkpoint_net(DEMO_CKPT, device=device)
 
 
 def _hub_weights_offline() -> Optional[str]:

@@ -73,7 +73,7 @@ from analysis.rollout import HEAD_FUSIONS, attention_rollout, rollout_maps, upsa
 from utils.atomic import atomic_write_json
 
 from reproductions.analysis_inputs import (  # noqa: F401 - load_target: the notebook imports it from here
-    COMMANDS, DEFAULT_DPI, DEFAULT_TIMM_SOURCE, AnalyzeError, Images, Target, load_checkpoint, load_images,
+    COMMANDS, DEFAULT_DPI, DEFAULT_TIMM_SOURCE, AnalyzeError, Images, Target, load_checkpoint_net, load_images,
     load_target, load_timm, net_kind,
 )
 
@@ -261,7 +261,7 @@ def analyze(args: argparse.Namespace, out: TextIO) -> dict:
     if args.label and len(args.label) != count:
         raise AnalyzeError(f"{len(args.label)} --label for {count} models")
     labels = list(args.label) or [None] * count
-    targets = [load_checkpoint(c, label=labels[i], device=args.device, analysis=args.analysis)
+    targets = [load_checkpoint_net(c, label=labels[i], device=args.device, analysis=args.analysis)
                for i, c in enumerate(args.ckpt)]
     targets += [
         load_timm(name, weights=args.weights, pretrained=args.pretrained, img_size=args.img_size,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from datamodules.behavior import BehaviorDataModule
-from datamodules.behavior.cache import cache_root, entry_key, is_complete, load_entry, save_entry, to_hf_splits
+from datamodules.behavior.cache import behavior_cache_root, entry_key, is_complete, load_entry, save_entry, to_hf_splits
 from tests.behavior_files import frame, write_movielens
 
 
@@ -80,8 +80,8 @@ def test_a_failed_write_leaves_no_entry_and_a_complete_one_written_meanwhile_win
 def test_key_and_root(tmp_path, monkeypatch):
     assert entry_key({"a": 1}, []) == entry_key({"a": 1}, []) != entry_key({"a": 2}, [])
     assert len(entry_key({}, [])) == 16
-    assert cache_root(str(tmp_path)) == tmp_path
+    assert behavior_cache_root(str(tmp_path)) == tmp_path
     monkeypatch.setenv("BEHAVIOR_CACHE_DIR", str(tmp_path / "env"))
-    assert cache_root(None) == tmp_path / "env"
+    assert behavior_cache_root(None) == tmp_path / "env"
     monkeypatch.delenv("BEHAVIOR_CACHE_DIR")
-    assert cache_root(None) == cache_root("~/.cache/bst_behavior")
+    assert behavior_cache_root(None) == behavior_cache_root("~/.cache/bst_behavior")

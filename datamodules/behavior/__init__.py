@@ -61,7 +61,7 @@ from datamodules.behavior.samples import (
     history_index,
     sample_negatives,
 )
-from datamodules.behavior.sources import DOWNLOAD, REQUIRED_FILES, SOURCES, Source, SourceName, get_source
+from datamodules.behavior.sources import DOWNLOAD, REQUIRED_FILES, SOURCES, BehaviorSource, SourceName, get_source
 from datamodules.behavior.splits import (
     SPLIT_RULE_NAMES,
     SPLITS,
@@ -80,7 +80,7 @@ __all__ = [
     "REQUIRED_FILES", "SOURCES", "SPLITS", "SPLIT_RULE_NAMES", "SYNTHETIC_PROFILE_CARDINALITIES", "TAOBAO_BEHAVIORS",
     "TAOBAO_TIME_WINDOW",
     "BehaviorDataModule", "DatasetMissingError", "HistoryKind", "MalformedLineError", "PadSide", "PositionScheme",
-    "RawFiles", "Source", "SourceName", "SplitName", "SplitRuleName",
+    "RawFiles", "BehaviorSource", "SourceName", "SplitName", "SplitRuleName",
     "auc", "build_samples", "bucketize_time_delta", "day_split", "gauc", "generate_synthetic", "get_source",
     "history_index", "logloss", "per_user_fraction_split", "per_user_last_split", "random_split",
     "read_amazon_electronics", "read_movielens_1m", "read_movielens_csv", "read_user_behavior", "sample_negatives",

@@ -5,7 +5,7 @@ saved with ``save_to_disk``: one ``Dataset`` per split, fixed-length list column
 sequences) and ``meta.json`` (feature sizes, split counts, the synthetic ceiling, ...).
 
 - The root is ``cache_dir``, else ``$BEHAVIOR_CACHE_DIR``, else ``~/.cache/bst_behavior``
-  (:func:`cache_root`).
+  (:func:`behavior_cache_root`).
 - The key (:func:`entry_key`) hashes ``CACHE_VERSION``, every preprocessing parameter and the
   source files' names, sizes and modification times: another parameter or a changed file is
   another entry; batch sizes, workers and paths are not part of it.
@@ -38,7 +38,7 @@ INT32_COLUMNS = ("user", "user_features", "target_item", "target_category", "his
 FLOAT32_COLUMNS = ("label", "click_prob")
 
 
-def cache_root(cache_dir: str | os.PathLike | None) -> Path:
+def behavior_cache_root(cache_dir: str | os.PathLike | None) -> Path:
     """``cache_dir``, else ``$BEHAVIOR_CACHE_DIR``, else ``~/.cache/bst_behavior``."""
     root = cache_dir or os.environ.get("BEHAVIOR_CACHE_DIR") or "~/.cache/bst_behavior"
     return Path(root).expanduser()

@@ -40,7 +40,7 @@ from lightning import LightningDataModule
 from torch.utils.data import DataLoader, Dataset
 
 from datamodules.behavior.cache import (
-    cache_root,
+    behavior_cache_root,
     entry_key,
     file_stats,
     is_complete,
@@ -52,7 +52,7 @@ from datamodules.behavior.cache import (
 from datamodules.behavior.readers import TAOBAO_TIME_WINDOW
 from utils.choices import check_annotated_choices
 from datamodules.behavior.samples import HistoryKind, PadSide, PositionScheme, bucketize_time_delta
-from datamodules.behavior.sources import Source, SourceName, get_source
+from datamodules.behavior.sources import BehaviorSource, SourceName, get_source
 from datamodules.behavior.splits import SPLITS, SplitName, SplitRuleName, split_summary
 from datamodules.sampler import ResumableLoader, ResumableSampler, run_seed
 from models.ctr_batch import PAD, PAD_BUCKET, ZERO_DELTA_BUCKET
@@ -206,7 +206,7 @@ class BehaviorDataModule(LightningDataModule):
             self._splits, self._meta = to_hf_splits(columns, split), meta
             self.cache_status = "in_memory"
             return
-        path = cache_root(self.hparams.cache_dir) / f"{self.source}-{self.cache_key()}"
+        path = behavior_cache_root(self.hparams.cache_dir) / f"{self.source}-{self.cache_key()}"
         self.cache_path = path
         if is_complete(path):
             self.cache_status = "loaded"
@@ -443,7 +443,7 @@ def _check_split_arguments(h: Mapping) -> None:
         raise ValueError(f"min_split_events={m!r} must be an int >= 1 (the least test and validation events per user)")
 
 
-def _check_source_arguments(source: Source, h: Mapping) -> None:
+def _check_source_arguments(source: BehaviorSource, h: Mapping) -> None:
     """What depends on the source: a source whose events are all positives needs sampled negatives."""
     if source.default_negatives and source.negatives_per_positive(h) == 0:
         raise ValueError(

@@ -1,7 +1,7 @@
 """The registry of sources: for each, its reader, its raw files, its split rule and how it becomes samples.
 
-``SOURCES[name]`` is a :class:`Source`; :func:`get_source` looks one up (an unknown name lists
-the known ones). ``Source.build(data_dir, params, bucketize)`` returns the samples, their split
+``SOURCES[name]`` is a :class:`BehaviorSource`; :func:`get_source` looks one up (an unknown name lists
+the known ones). ``BehaviorSource.build(data_dir, params, bucketize)`` returns the samples, their split
 codes, the vocabulary sizes and what the results file records about the raw data.
 
 ``synthetic`` (offline default; ``synthetic.generate_synthetic``)
@@ -113,7 +113,7 @@ class Events:
 
 
 @dataclass(frozen=True)
-class Prepared:
+class PreparedBehavior:
     """A source's samples: columns, split codes, vocabulary sizes, and ``ceiling`` or ``raw`` meta."""
 
     columns: dict[str, np.ndarray]
@@ -123,7 +123,7 @@ class Prepared:
 
 
 @dataclass(frozen=True)
-class Source:
+class BehaviorSource:
     """One registry entry.
 
     ``reader`` reads (or generates) the raw data; ``events`` turns its output into
@@ -138,15 +138,15 @@ class Source:
 
     name: str
     reader: Callable[..., Any]
-    prepare: Callable[[Source, str | None, Params, Callable[[np.ndarray], np.ndarray]], Prepared]
+    prepare: Callable[[BehaviorSource, str | None, Params, Callable[[np.ndarray], np.ndarray]], PreparedBehavior]
     files: RawFiles | None = None
-    events: Callable[[Source, str | os.PathLike, Params, np.random.Generator], Events] | None = None
+    events: Callable[[BehaviorSource, str | os.PathLike, Params, np.random.Generator], Events] | None = None
     fixed_split: str | None = None
     default_negatives: int = 0
     cache_ignores: tuple[str, ...] = ("synthetic_",)
     described: tuple[str, ...] = ()
 
-    def build(self, data_dir: str | None, params: Params, bucketize: Callable[[np.ndarray], np.ndarray]) -> Prepared:
+    def build(self, data_dir: str | None, params: Params, bucketize: Callable[[np.ndarray], np.ndarray]) -> PreparedBehavior:
         """Run this source's pipeline (``prepare``) with the data module's parameters."""
         return self.prepare(self, data_dir, params, bucketize)
 
@@ -208,8 +208,8 @@ if set(SPLIT_RULES) != set(SPLIT_RULE_NAMES) | {"random"} or set(SPLIT_RULE_PARA
 
 
 # ----------------------------------------------------------------------------------- pipelines
-def prepare_generated(source: Source, data_dir: str | None, params: Params,
-                      bucketize: Callable[[np.ndarray], np.ndarray]) -> Prepared:
+def prepare_generated(source: BehaviorSource, data_dir: str | None, params: Params,
+                      bucketize: Callable[[np.ndarray], np.ndarray]) -> PreparedBehavior:
     """The synthetic pipeline: generate samples, split them, score the true probabilities."""
     h = params
     columns = source.reader(
@@ -221,11 +221,11 @@ def prepare_generated(source: Source, data_dir: str | None, params: Params,
     sizes = {"n_users": h["synthetic_users"] + 1, "n_items": h["synthetic_items"] + 1,
              "n_categories": h["synthetic_categories"] + 1,
              "profile_sizes": [k + 1 for k in SYNTHETIC_PROFILE_CARDINALITIES]}
-    return Prepared(columns, split, sizes, {"ceiling": synthetic_ceiling(columns, split)})
+    return PreparedBehavior(columns, split, sizes, {"ceiling": synthetic_ceiling(columns, split)})
 
 
-def prepare_events(source: Source, data_dir: str | None, params: Params,
-                   bucketize: Callable[[np.ndarray], np.ndarray]) -> Prepared:
+def prepare_events(source: BehaviorSource, data_dir: str | None, params: Params,
+                   bucketize: Callable[[np.ndarray], np.ndarray]) -> PreparedBehavior:
     """The real-source pipeline: read events, split them, build samples (and sampled negatives)."""
     rng = np.random.default_rng(params["seed"])
     ev = source.events(source, data_dir, params, rng)
@@ -236,11 +236,11 @@ def prepare_events(source: Source, data_dir: str | None, params: Params,
         rng=rng, seq_len=params["seq_len"], pad_side=params["pad_side"], bucketize=bucketize,
         min_history=params["min_history"], history=params["history"],
     )
-    return Prepared(columns, split, ev.sizes, {"raw": ev.raw})
+    return PreparedBehavior(columns, split, ev.sizes, {"raw": ev.raw})
 
 
 # ----------------------------------------------------------------------------------- events
-def movielens_events(source: Source, data_dir: str | os.PathLike, params: Params,
+def movielens_events(source: BehaviorSource, data_dir: str | os.PathLike, params: Params,
                      rng: np.random.Generator) -> Events:
     """Ratings as events, label = rating >= ``positive_rating``; ids as the reader maps them
     (both MovieLens readers: ml-1m's ``::`` files and the CSV family)."""
@@ -256,7 +256,7 @@ def movielens_events(source: Source, data_dir: str | os.PathLike, params: Params
     )
 
 
-def taobao_events(source: Source, data_dir: str | os.PathLike, params: Params,
+def taobao_events(source: BehaviorSource, data_dir: str | os.PathLike, params: Params,
                   rng: np.random.Generator) -> Events:
     """Clicks in the time window as positives; ids mapped 1..n over the kept users' events."""
     window = params["taobao_time_window"]
@@ -279,7 +279,7 @@ def taobao_events(source: Source, data_dir: str | os.PathLike, params: Params,
     )
 
 
-def amazon_events(source: Source, data_dir: str | os.PathLike, params: Params,
+def amazon_events(source: BehaviorSource, data_dir: str | os.PathLike, params: Params,
                   rng: np.random.Generator) -> Events:
     """Reviews as positives; ids mapped 1..n over all reviews (before the user subset), then sorted."""
     ev = source.reader(data_dir)
@@ -306,19 +306,19 @@ def amazon_events(source: Source, data_dir: str | os.PathLike, params: Params,
 
 # ----------------------------------------------------------------------------------- the registry
 _ENTRIES = (
-    Source("synthetic", reader=generate_synthetic, prepare=prepare_generated, fixed_split="random",
+    BehaviorSource("synthetic", reader=generate_synthetic, prepare=prepare_generated, fixed_split="random",
            cache_ignores=("positive_", "negatives_", "max_users", "taobao_", "utc_", *REAL_SOURCE_PARAMS)),
-    Source("movielens_1m", reader=read_movielens_1m, prepare=prepare_events, files=MOVIELENS_1M_FILES,
+    BehaviorSource("movielens_1m", reader=read_movielens_1m, prepare=prepare_events, files=MOVIELENS_1M_FILES,
            events=movielens_events, described=("positive_rating", "max_users")),
-    Source("movielens_csv", reader=read_movielens_csv, prepare=prepare_events, files=MOVIELENS_CSV_FILES,
+    BehaviorSource("movielens_csv", reader=read_movielens_csv, prepare=prepare_events, files=MOVIELENS_CSV_FILES,
            events=movielens_events, described=("positive_rating", "max_users")),
-    Source("taobao_user_behavior", reader=read_user_behavior, prepare=prepare_events, files=TAOBAO_FILES,
+    BehaviorSource("taobao_user_behavior", reader=read_user_behavior, prepare=prepare_events, files=TAOBAO_FILES,
            events=taobao_events, default_negatives=1, described=("max_users", "taobao_time_window")),
-    Source("amazon_electronics", reader=read_amazon_electronics, prepare=prepare_events,
+    BehaviorSource("amazon_electronics", reader=read_amazon_electronics, prepare=prepare_events,
            files=AMAZON_ELECTRONICS_FILES, events=amazon_events, default_negatives=1, described=("max_users",)),
 )
-#: name -> :class:`Source`, in the order of ``SourceName``
-SOURCES: Mapping[str, Source] = MappingProxyType({s.name: s for s in _ENTRIES})
+#: name -> :class:`BehaviorSource`, in the order of ``SourceName``
+SOURCES: Mapping[str, BehaviorSource] = MappingProxyType({s.name: s for s in _ENTRIES})
 if tuple(SOURCES) != get_args(SourceName):
     raise ImportError(f"the source registry {list(SOURCES)} and SourceName {list(get_args(SourceName))} disagree")
 #: name -> the raw files each real source needs in ``data_dir``
@@ -327,7 +327,7 @@ REQUIRED_FILES = {s.name: s.files.names for s in _ENTRIES if s.files is not None
 DOWNLOAD = {s.name: s.files.download for s in _ENTRIES if s.files is not None}
 
 
-def get_source(name: str) -> Source:
+def get_source(name: str) -> BehaviorSource:
     """The registry entry of ``name``; ValueError listing the known sources if there is none."""
     try:
         return SOURCES[name]

@@ -1,6 +1,6 @@
 """The benchmarks behind ``repro bench <name>`` (CLI: ``reproductions/bench.py``).
 
-Each module has ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> common.Report``;
+Each module has ``NAME``, ``HELP``, ``add_arguments(parser)`` and ``run(args) -> common.BenchReport``;
 ``common`` holds the shared timing, alternation, training step, memory, FLOPs, table and JSON code.
 
 - ``trainer``: Lightning ``fit`` vs a plain PyTorch loop (``trainer.py``)

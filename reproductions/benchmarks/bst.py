@@ -56,7 +56,7 @@ from models.ctr import BST, masked_mean
 from lightning_modules.model_stats import count_parameters
 from reproductions.benchmarks import fuxictr_peer
 from reproductions.benchmarks.common import (
-    Comparison, InferenceStep, Measurement, Report, Table, TrainStep, add_run_args, alternate, bce_with_logits, compare, config_net,
+    Alternation, InferenceStep, Measurement, BenchReport, Table, TrainStep, add_run_args, alternate, bce_with_logits, compare, config_net,
     fmt_flops, fmt_fraction, fmt_mib, fmt_rate, fmt_ratio, int_list, measure_rate, median, memory_method,
     paired_ratios, pass_fail, read_config, run_settings, setup_run,
 )
@@ -183,7 +183,7 @@ def ctr_batches(kwargs: dict, batch_size: int, seq_len: int) -> list[tuple[dict,
 
 def training_grid(kwargs: dict, *, seq_lens: list[int], blocks: list[int], batch_size: int, device: torch.device,
                   amp_dtype: torch.dtype | None, rounds: int, steps: int, warmup: int, matmul_dtype=torch.float32):
-    """Our BST and the reference at every (sequence length, blocks), alternated: (Comparison, rows)."""
+    """Our BST and the reference at every (sequence length, blocks), alternated: (Alternation, rows)."""
     train_steps, shapes = {}, []
     for L in seq_lens:
         batches = ctr_batches(kwargs, batch_size, L)
@@ -276,7 +276,7 @@ def every_token_bst(kwargs: dict, seq_len: int, blocks: int) -> BST:
     return model
 
 
-def split_result(measured: Comparison) -> dict:
+def split_result(measured: Alternation) -> dict:
     """The three ratios of one A/B/C comparison: ``total`` (ours as configured x the peer),
     ``equal_work`` (ours computing every token x the peer: the same work on both sides) and
     ``target_only`` (ours as configured x ours computing every token: the target-only last block
@@ -514,7 +514,7 @@ def evaluation(args, device: torch.device) -> tuple[dict, Table, list[str]]:
 
 
 # --------------------------------------------------------------------------------------------- run
-def run(args: argparse.Namespace) -> Report:
+def run(args: argparse.Namespace) -> BenchReport:
     device = setup_run(args)
     kwargs = bst_kwargs(args.config)
     amp = torch.bfloat16 if args.amp == "bf16" else None
@@ -571,4 +571,4 @@ def run(args: argparse.Namespace) -> Report:
         result["evaluation"] = eval_result
         tables.append(eval_table)
         verdicts += eval_verdicts
-    return Report(NAME, result, tables, verdicts)
+    return BenchReport(NAME, result, tables, verdicts)

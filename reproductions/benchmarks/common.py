@@ -88,7 +88,7 @@ class Table:
 
 
 @dataclass
-class Report:
+class BenchReport:
     """What a benchmark returns: the JSON result, the tables and the verdict lines."""
 
     name: str
@@ -97,7 +97,7 @@ class Report:
     verdicts: list[str] = field(default_factory=list)
 
 
-def emit(report: Report, out: str | os.PathLike) -> dict:
+def emit(report: BenchReport, out: str | os.PathLike) -> dict:
     """Print the tables and verdicts; write the result (tables and environment included) as JSON."""
     for table in report.tables:
         print("\n" + table.render(), flush=True)
@@ -500,7 +500,7 @@ class Measurement:
 
 
 @dataclass
-class Comparison:
+class Alternation:
     items: dict[str, Measurement]
     matmul_rates: list[float]  # FLOP/s of a large matmul, measured in every round (empty: not measured)
     matmul_dtype: str | None
@@ -519,7 +519,7 @@ class Comparison:
 
 def compare(steps: Mapping[str, TrainStep], *, rounds: int, steps_per_measure: int, warmup: int,
             device: torch.device, matmul_dtype: torch.dtype | None = torch.float32, count: bool = True,
-            memory: bool = True, unit: str = "samples/s") -> Comparison:
+            memory: bool = True, unit: str = "samples/s") -> Alternation:
     """Alternate the training steps (and a ``matmul_dtype`` matmul, the machine's limit) over rounds.
 
     Per step: samples/s per round and their median; with ``count``, parameters, forward FLOPs
@@ -548,7 +548,7 @@ def compare(steps: Mapping[str, TrainStep], *, rounds: int, steps_per_measure: i
         if memory:
             m.peak_bytes = step_peak_memory(step, device)
         items[name] = m
-    return Comparison(items, matmul_rates, str(matmul_dtype).removeprefix("torch.") if matmul_dtype else None)
+    return Alternation(items, matmul_rates, str(matmul_dtype).removeprefix("torch.") if matmul_dtype else None)
 
 
 def fmt_gflops(flops_per_sec: float | None) -> str:
@@ -589,7 +589,7 @@ def build_seeded(class_path: str, seed: int = 0, **kwargs: Any) -> Any:
 
 
 __all__ = [
-    "BenchmarkUnavailable", "Comparison", "InferenceStep", "Measurement", "Report", "compare", "fmt_fraction", "fmt_gflops", "Table", "TrainStep", "add_out_arg", "add_run_args", "alternate",
+    "BenchmarkUnavailable", "Alternation", "InferenceStep", "Measurement", "BenchReport", "compare", "fmt_fraction", "fmt_gflops", "Table", "TrainStep", "add_out_arg", "add_run_args", "alternate",
     "bce_with_logits", "build", "build_seeded", "config_net", "count_parameters", "cross_entropy", "emit",
     "first_rows", "fmt_flops", "fmt_mib", "fmt_rate", "fmt_ratio", "forward_flops", "growth_verdict",
     "image_batches", "int_list", "matmul_rate", "measure_rate", "measure_rates", "median", "medians", "memory_method",

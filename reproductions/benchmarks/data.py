@@ -47,7 +47,7 @@ from pathlib import Path
 import torch
 
 from reproductions.benchmarks.common import (
-    Report, Table, TrainStep, add_run_args, alternate, bce_with_logits, build, build_seeded, config_net,
+    BenchReport, Table, TrainStep, add_run_args, alternate, bce_with_logits, build, build_seeded, config_net,
     cross_entropy, fmt_rate, fmt_ratio, measure_rate, measure_rates, median, pass_fail, read_config, run_settings, setup_run,
 )
 
@@ -156,7 +156,7 @@ def behavior_side(args, device):
     return loader, model_step, info
 
 
-def run(args: argparse.Namespace) -> Report:
+def run(args: argparse.Namespace) -> BenchReport:
     device = setup_run(args)
     if args.data_steps < 1:
         raise ValueError(f"--data-steps {args.data_steps} must be >= 1")
@@ -165,7 +165,7 @@ def run(args: argparse.Namespace) -> Report:
                          f"--resident-workers {args.resident_workers} must be >= 0")
     if args.resident_only:
         table, row = resident_table(args, device)
-        return Report(NAME, {"settings": run_settings(args, device), "resident": row}, [table], [row["verdict"]])
+        return BenchReport(NAME, {"settings": run_settings(args, device), "resident": row}, [table], [row["verdict"]])
     print("[data] setting up the image and behaviour DataModules", flush=True)
     sides = {"images": image_side(args, device), "behaviour": behavior_side(args, device)}
     candidates = {}
@@ -210,7 +210,7 @@ def run(args: argparse.Namespace) -> Report:
     verdicts.append(resident_row["verdict"])
     result = {"settings": run_settings(args, device), **rows, "augmentation": aug_row, "jpeg224": jpeg_row,
               "resident": resident_row}
-    return Report(NAME, result, [table, aug_table, *jpeg_tables, resident], verdicts)
+    return BenchReport(NAME, result, [table, aug_table, *jpeg_tables, resident], verdicts)
 
 
 RESIDENT_BATCH = 512

@@ -37,7 +37,7 @@ import torch
 from reproductions.benchmarks.bst import TARGET as BST_TARGET
 from reproductions.benchmarks.bst import bst_kwargs, geometric_mean, training_grid, training_table
 from reproductions.benchmarks.common import (
-    Report, Table, TrainStep, add_run_args, compare, cross_entropy, fmt_fraction, fmt_mib,
+    BenchReport, Table, TrainStep, add_run_args, compare, cross_entropy, fmt_fraction, fmt_mib,
     fmt_rate, fmt_ratio, image_batches, int_list, memory_method, pass_fail, run_settings, setup_run,
 )
 from reproductions.benchmarks.vit import TIMM_TARGET, our_vit, timm_vit
@@ -103,7 +103,7 @@ def fused_attention(device: torch.device, steps: dict[str, TrainStep]) -> tuple[
     return sdpa_kernel(backends), "fused SDPA kernels only (flash / memory-efficient / cuDNN)"
 
 
-def run(args: argparse.Namespace) -> Report:
+def run(args: argparse.Namespace) -> BenchReport:
     start = time.perf_counter()
     device = setup_run(args, cpu_hint="--device cpu --tiny")
     for key, value in PROFILES["tiny" if args.tiny else "full"].items():
@@ -227,4 +227,4 @@ def run(args: argparse.Namespace) -> Report:
                 "skipped_seq_lens": skipped},
         "elapsed_seconds": elapsed,
     }
-    return Report(NAME, result, tables, verdicts)
+    return BenchReport(NAME, result, tables, verdicts)

@@ -22,7 +22,7 @@ import argparse
 import torch
 
 from reproductions.benchmarks.common import (
-    Report, Table, TrainStep, add_run_args, build_seeded, compare, config_net, cross_entropy, fmt_flops,
+    BenchReport, Table, TrainStep, add_run_args, build_seeded, compare, config_net, cross_entropy, fmt_flops,
     fmt_fraction, fmt_gflops, fmt_mib, fmt_rate, fmt_ratio, image_batches, memory_method, read_config, run_settings,
     setup_run,
 )
@@ -59,7 +59,7 @@ def cnn_part(name: str, model: torch.nn.Module) -> torch.nn.Module:
     return model if name == "resnet" else model.patch_embed
 
 
-def run(args: argparse.Namespace) -> Report:
+def run(args: argparse.Namespace) -> BenchReport:
     device = setup_run(args)
     nets = {name: load_net(getattr(args, f"{name}_config")) for name in CONFIGS}
     batch_size = args.batch_size or nets["vit"][2]
@@ -123,4 +123,4 @@ def run(args: argparse.Namespace) -> Report:
         "matmul_flops_per_sec": cmp.matmul,
         "comparison": cmp.to_json(),
     }
-    return Report(NAME, result, [table], verdicts)
+    return BenchReport(NAME, result, [table], verdicts)

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from reproductions.benchmarks.common import (
-    Report, Table, TrainStep, add_run_args, build_seeded, compare, config_net, cross_entropy, fmt_rate, fmt_ratio,
+    BenchReport, Table, TrainStep, add_run_args, build_seeded, compare, config_net, cross_entropy, fmt_rate, fmt_ratio,
     image_batches, matmul_rate, median, read_config, run_settings, setup_run,
 )
 from reproductions.results import cpu_flags
@@ -98,7 +98,7 @@ def profile_step(step: TrainStep, steps: int) -> tuple[dict[str, float], dict[st
     return dict(seconds), dict(calls)
 
 
-def run(args: argparse.Namespace) -> Report:
+def run(args: argparse.Namespace) -> BenchReport:
     device = setup_run(args)
     if args.profile_steps < 0:
         raise ValueError(f"--profile-steps {args.profile_steps} must be >= 0")
@@ -174,4 +174,4 @@ def run(args: argparse.Namespace) -> Report:
         "steps": rows,
         "profiles": profiles,
     }
-    return Report(NAME, result, tables, verdicts)
+    return BenchReport(NAME, result, tables, verdicts)

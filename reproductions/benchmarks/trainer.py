@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from lightning_modules.base import warmup_schedule
 from models.vit import ViT
 from reproductions.benchmarks.common import (
-    Report, Table, add_run_args, alternate, fmt_rate, fmt_ratio, median, paired_ratios, run_settings, setup_run,
+    BenchReport, Table, add_run_args, alternate, fmt_rate, fmt_ratio, median, paired_ratios, run_settings, setup_run,
 )
 
 NAME = "trainer"
@@ -128,7 +128,7 @@ def run_plain(args) -> float:
     return clock_rate(clock.steps, clock.first, clock.last, args.batch_size)
 
 
-def run(args) -> Report:
+def run(args) -> BenchReport:
     device = setup_run(args)
     rates = alternate({"plain": lambda: run_plain(args), "lightning": lambda: run_lightning(args)},
                       args.rounds, unit="images/s")
@@ -156,4 +156,4 @@ def run(args) -> Report:
                        f"{torch.get_num_threads()} thread(s); median of per-round ratios {median(paired):.3f}")
     verdict = (f"Lightning fit: {lit:.1f} images/s, plain loop: {plain:.1f} images/s, ratio of medians "
                f"{lit / plain:.3f}, median of per-round ratios {median(paired):.3f} ({args.rounds} alternating rounds)")
-    return Report(NAME, result, [table], [verdict])
+    return BenchReport(NAME, result, [table], [verdict])

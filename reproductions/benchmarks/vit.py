@@ -33,7 +33,7 @@ from timm.models.vision_transformer import VisionTransformer
 from models.position import POS_EMBED_KINDS, VALID_PLACEMENTS
 from models.vit import ViT
 from reproductions.benchmarks.common import (
-    Report, Table, TrainStep, add_run_args, alternate, compare, cross_entropy, fmt_flops, fmt_fraction, fmt_gflops,
+    BenchReport, Table, TrainStep, add_run_args, alternate, compare, cross_entropy, fmt_flops, fmt_fraction, fmt_gflops,
     fmt_mib, fmt_rate, fmt_ratio, forward_flops, growth_verdict, image_batches, int_list, measure_rates, median,
     memory_method, paired_ratios, pass_fail, run_settings, setup_run,
 )
@@ -116,7 +116,7 @@ def flops_per_image(shape: dict[str, Any]) -> int:
     return forward_flops(our_vit(shape), torch.zeros(1, shape["in_chans"], shape["img_size"], shape["img_size"]))
 
 
-def run(args: argparse.Namespace) -> Report:
+def run(args: argparse.Namespace) -> BenchReport:
     device = setup_run(args)
     if args.check_rounds < 1:
         raise ValueError(f"--check-rounds {args.check_rounds} must be >= 1")
@@ -233,7 +233,7 @@ def run(args: argparse.Namespace) -> Report:
         "matmul_flops_per_sec": {"position": pos.matmul, "tokens": tokens.matmul, "batch": batch.matmul},
         "comparisons": {"position": pos.to_json(), "tokens": tokens.to_json(), "batch": batch.to_json()},
     }
-    return Report(NAME, result, [table0, table1, table2, table3], verdicts)
+    return BenchReport(NAME, result, [table0, table1, table2, table3], verdicts)
 
 
 def _release(device: torch.device) -> None:
