@@ -13,7 +13,8 @@ SIZES = dict(n_items=N_ITEMS, n_categories=N_CATS, n_users=N_USERS, profile_size
 SMALL = dict(item_dim=8, category_dim=4, user_dim=4, profile_dim=2)
 
 
-def tiny_bst(**kw) -> BST:
+def featured_bst(**kw) -> BST:
+    """A small BST with users, profile fields and time-delta buckets (this file's batches)."""
     args = dict(SIZES, **SMALL, position_dim=4, num_heads=2, n_position_buckets=N_BUCKETS, seq_len=12,
                 mlp_dims=(16, 8), dropout=0.1)
     args.update(kw)
@@ -62,9 +63,9 @@ def make_batch(lengths, seq_len: int, pad_side: str = "left", seed: int = 0) -> 
 LENGTHS = [0, 1, 3, 6, 2, 6, 5, 0]
 
 PADDED_NETS = {
-    "bst_time_delta_target": lambda: tiny_bst(),
-    "bst_index_mean": lambda: tiny_bst(position="index", seq_pooling="mean"),
-    "bst_none_target_2blocks": lambda: tiny_bst(position="none", num_blocks=2),
+    "bst_time_delta_target": lambda: featured_bst(),
+    "bst_index_mean": lambda: featured_bst(position="index", seq_pooling="mean"),
+    "bst_none_target_2blocks": lambda: featured_bst(position="none", num_blocks=2),
     "din_prelu": lambda: tiny_din(),
     "din_dice_softmax": lambda: tiny_din(activation="dice", attention_softmax=True),
     "wdl_seq": lambda: tiny_wdl(WDLSeq),
@@ -91,13 +92,13 @@ def test_padding_values_are_ignored_not_just_zero():
     pad = ~batch["hist_mask"]
     for key, high in (("hist_items", N_ITEMS), ("hist_categories", N_CATS), ("hist_positions", N_BUCKETS)):
         noisy[key] = torch.where(pad, torch.randint(1, high, pad.shape), batch[key])
-    for net in (tiny_bst().eval(), tiny_bst(position="index").eval(), tiny_din().eval(), tiny_wdl(WDLSeq).eval()):
+    for net in (featured_bst().eval(), featured_bst(position="index").eval(), tiny_din().eval(), tiny_wdl(WDLSeq).eval()):
         torch.testing.assert_close(net(noisy), net(batch), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("position", ["time_delta", "index", "none"])
 def test_bst_target_token_is_never_masked(position):
-    net = tiny_bst(position=position, num_blocks=2).eval()
+    net = featured_bst(position=position, num_blocks=2).eval()
     batch = make_batch([0, 0, 4], seq_len=5)
     tokens, mask = net.embed_sequence(batch)
     assert tokens.shape == (3, 6, net.dim)
@@ -113,7 +114,7 @@ def test_bst_target_token_is_never_masked(position):
     assert not torch.allclose(net(batch)[:2], net(other)[:2])
 
 
-@pytest.mark.parametrize("make", [lambda: tiny_bst(), lambda: tiny_bst(position="index", seq_pooling="mean"),
+@pytest.mark.parametrize("make", [lambda: featured_bst(), lambda: featured_bst(position="index", seq_pooling="mean"),
                                   lambda: tiny_din(activation="dice"), lambda: tiny_din(attention_softmax=True),
                                   lambda: tiny_wdl(WDLSeq)])
 def test_all_padding_histories_give_finite_outputs_and_gradients(make):
@@ -132,9 +133,9 @@ def test_all_padding_histories_give_finite_outputs_and_gradients(make):
 
 
 ALL_NETS = {
-    "bst_time_delta": lambda: tiny_bst(),
-    "bst_index_mean_3blocks": lambda: tiny_bst(position="index", seq_pooling="mean", num_blocks=3),
-    "bst_none": lambda: tiny_bst(position="none"),
+    "bst_time_delta": lambda: featured_bst(),
+    "bst_index_mean_3blocks": lambda: featured_bst(position="index", seq_pooling="mean", num_blocks=3),
+    "bst_none": lambda: featured_bst(position="none"),
     "wdl": lambda: tiny_wdl(),
     "wdl_seq": lambda: tiny_wdl(WDLSeq),
     "din_prelu": lambda: tiny_din(),
@@ -175,7 +176,7 @@ def test_bst_forward_equals_the_full_sequence_computation(kw, training):
     """With target pooling the last block computes the target token alone: the same outputs and gradients
     as computing every token (float64, so that rounding flips no LeakyReLU kink)."""
     torch.manual_seed(0)
-    net = tiny_bst(dropout=0.0, **kw).double().train(training)
+    net = featured_bst(dropout=0.0, **kw).double().train(training)
     batch = make_batch(LENGTHS, seq_len=7)
     grads = []
     for forward in (net, lambda b: full_sequence_bst_forward(net, b)):
@@ -191,7 +192,7 @@ def test_bst_forward_equals_the_full_sequence_computation(kw, training):
 
 def test_bst_block_last_only_is_the_last_row_of_the_full_output():
     torch.manual_seed(0)
-    block = tiny_bst(num_blocks=1).blocks[0].eval()
+    block = featured_bst(num_blocks=1).blocks[0].eval()
     x = torch.randn(5, 7, block.qkv.in_features)
     mask = torch.rand(5, 7) > 0.4
     mask[:, -1] = True
@@ -208,7 +209,7 @@ def test_bst_every_token_switch_gives_the_same_outputs_and_gradients(num_blocks)
     outputs = []
     for target_only in (True, False):
         torch.manual_seed(0)
-        net = tiny_bst(num_blocks=num_blocks, dropout=0.0)
+        net = featured_bst(num_blocks=num_blocks, dropout=0.0)
         net.last_block_target_only = target_only
         logits = net(batch)
         logits.sum().backward()
@@ -225,12 +226,12 @@ def test_bst_without_position_is_permutation_invariant_and_positions_matter_othe
     batch = make_batch([6, 6, 6], seq_len=6)
     perm = torch.tensor([3, 0, 5, 1, 4, 2])
     shuffled = dict(batch, **{k: batch[k][:, perm] for k in ("hist_items", "hist_categories", "hist_positions", "hist_mask")})
-    none = tiny_bst(position="none").eval()
+    none = featured_bst(position="none").eval()
     torch.testing.assert_close(none(shuffled), none(batch), rtol=1e-5, atol=1e-5)
     # a token's time delta travels with it (a set of (item, delta) pairs), its index does not
-    net = tiny_bst().eval()
+    net = featured_bst().eval()
     torch.testing.assert_close(net(shuffled), net(batch), rtol=1e-5, atol=1e-5)
-    index = tiny_bst(position="index").eval()
+    index = featured_bst(position="index").eval()
     assert not torch.allclose(index(shuffled), index(batch))
     # reordering the items under fixed time deltas changes the output, as do other deltas
     reordered = dict(shuffled, hist_positions=batch["hist_positions"])
@@ -249,10 +250,10 @@ def test_dice_handles_tiny_batches_and_uses_running_stats_in_eval():
 
 
 def test_feature_sizes_name_what_each_net_uses():
-    assert tiny_bst().feature_sizes == {"n_items": N_ITEMS, "n_categories": N_CATS, "n_users": N_USERS,
+    assert featured_bst().feature_sizes == {"n_items": N_ITEMS, "n_categories": N_CATS, "n_users": N_USERS,
                                         "profile_sizes": list(PROFILE), "n_position_buckets": N_BUCKETS}
-    assert tiny_bst(position="index").feature_sizes["seq_len"] == 12
-    assert "n_position_buckets" not in tiny_bst(position="none").feature_sizes
+    assert featured_bst(position="index").feature_sizes["seq_len"] == 12
+    assert "n_position_buckets" not in featured_bst(position="none").feature_sizes
     no_user = DIN(n_items=N_ITEMS, n_categories=N_CATS)
     assert no_user.feature_sizes == {"n_items": N_ITEMS, "n_categories": N_CATS}
 
@@ -260,13 +261,13 @@ def test_feature_sizes_name_what_each_net_uses():
 @pytest.mark.parametrize(
     ("make", "match"),
     [
-        (lambda: tiny_bst(position="sinusoid"), r"position='sinusoid' is not one of \['time_delta', 'index', 'none'\]"),
-        (lambda: tiny_bst(seq_pooling="cls"), r"seq_pooling='cls' is not one of"),
-        (lambda: tiny_bst(num_heads=5), r"num_heads=5 does not divide the token width 16"),
-        (lambda: tiny_bst(dropout=1.0), r"dropout=1.0 must be in \[0, 1\)"),
-        (lambda: tiny_bst(n_position_buckets=1), r"n_position_buckets=1 must be an int > 1"),
-        (lambda: tiny_bst(n_items=1), r"n_items=1 must be an int >= 2"),
-        (lambda: tiny_bst(mlp_dims=(16, 0)), r"mlp_dims=\[16, 0\]"),
+        (lambda: featured_bst(position="sinusoid"), r"position='sinusoid' is not one of \['time_delta', 'index', 'none'\]"),
+        (lambda: featured_bst(seq_pooling="cls"), r"seq_pooling='cls' is not one of"),
+        (lambda: featured_bst(num_heads=5), r"num_heads=5 does not divide the token width 16"),
+        (lambda: featured_bst(dropout=1.0), r"dropout=1.0 must be in \[0, 1\)"),
+        (lambda: featured_bst(n_position_buckets=1), r"n_position_buckets=1 must be an int > 1"),
+        (lambda: featured_bst(n_items=1), r"n_items=1 must be an int >= 2"),
+        (lambda: featured_bst(mlp_dims=(16, 0)), r"mlp_dims=\[16, 0\]"),
         (lambda: tiny_din(activation="relu"), r"activation='relu' is not one of \['prelu', 'dice'\]"),
         (lambda: tiny_wdl(sequence_pooling="attention"), r"sequence_pooling='attention' is not one of \['none', 'mean'\]"),
     ],

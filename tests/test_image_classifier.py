@@ -12,12 +12,8 @@ from lightning_modules.model_stats import count_flops, count_parameters
 from models.vit import ViT
 from tests.helpers import TinyData
 from tests.helpers import quiet_trainer as trainer
+from tests.tiny_models import tiny_vit
 
-
-def tiny_vit(**kw):
-    args = dict(img_size=8, in_chans=1, num_classes=4, patch_size=2, embed_dim=16, depth=2, num_heads=2, mlp_ratio=2.0)
-    args.update(kw)
-    return ViT(**args)
 
 
 def test_warmup_cosine_shape():

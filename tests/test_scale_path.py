@@ -5,6 +5,7 @@ devices x nodes, and the launchers' commands (torchrun, SLURM)."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import math
@@ -33,6 +34,8 @@ from models.resnet import ResNet
 from models.vit import ViT, explicit_attention
 from tests.helpers import TinyData
 from tests.helpers import quiet_trainer as trainer
+from tests.tiny_models import tiny_resnet
+from tests.tiny_models import tiny_vit as tiny_gray_vit
 
 REPO = Path(__file__).resolve().parents[1]
 CIFAR = "reproductions/vit/configs/cifar10.yaml"
@@ -42,16 +45,10 @@ GPU_SWEEPS = ["vit/position", "vit/patch_size", "vit/pooling", "vit/attention", 
 CL = torch.channels_last
 
 
-def tiny_vit(**kw) -> ViT:
-    args = dict(img_size=8, in_chans=3, num_classes=4, patch_size=2, embed_dim=16, depth=2, num_heads=2, mlp_ratio=2.0)
-    args.update(kw)
-    return ViT(**args)
 
 
-def tiny_resnet(**kw) -> ResNet:
-    args = dict(img_size=16, in_chans=3, num_classes=4, layers=(1, 1), channels=(16, 32), stem_chs=8, gn_groups=4)
-    args.update(kw)
-    return ResNet(**args)
+#: the tiny ViT on RGB images, as this file's batches are
+tiny_vit = functools.partial(tiny_gray_vit, in_chans=3)
 
 
 def build_only(args: list[str]):

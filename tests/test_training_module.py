@@ -16,16 +16,9 @@ from lightning_modules.ctr import CTRModule
 from lightning_modules.image_classifier import ImageClassifier
 from models.ctr import BST
 from models.vit import ViT
+from tests.tiny_models import tiny_vit, tiny_bst
 
 
-def tiny_vit(**kw) -> ViT:
-    args = dict(img_size=8, in_chans=1, num_classes=4, patch_size=2, embed_dim=16, depth=2, num_heads=2, mlp_ratio=2.0)
-    args.update(kw)
-    return ViT(**args)
-
-
-def tiny_bst() -> BST:
-    return BST(n_items=10, n_categories=4, item_dim=4, category_dim=4, position_dim=4, num_heads=2, mlp_dims=(8,))
 
 
 def stub_trainer(steps: int = 100, batch_size: int | None = None):
