@@ -4,22 +4,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
 from reproductions.results import RESULTS_FILE, atomic_write_json
+from tests.sweep_helpers import REPO, write_sweep  # noqa: F401 - REPO: the report tests import it from here
 
-REPO = Path(__file__).resolve().parents[1]
-DIGITS = REPO / "reproductions/vit/configs/digits.yaml"
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
-def write_sweep(path: Path, **spec) -> Path:
+def write_report_sweep(path: Path, **spec) -> Path:
+    """A sweep file for the report tests (``sweep_helpers.write_sweep`` with a position axis, a
+    title and a 3-seed smoke profile unless given)."""
     spec.setdefault("axis", "position")
     spec.setdefault("title", "Test sweep")
-    spec.setdefault("base", str(DIGITS))
     spec.setdefault("profiles", {"smoke": {"seeds": 3}})
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return path
+    return write_sweep(path, **spec)
 
 
 def result(variant: str, seed: int, acc: float, *, experiment=None, params=136138, flops=4.76e6, train_flops=7.3e11,
@@ -53,7 +50,7 @@ def put(root: Path, experiment: str, variant: str, seed: int, **kw) -> None:
 
 
 def position_sweep(tmp_path: Path) -> Path:
-    return write_sweep(
+    return write_report_sweep(
         tmp_path / "pos.yaml",
         aliases={"pos_embed": "model.net.init_args.pos_embed"},
         variants=[

@@ -13,7 +13,7 @@ from reproductions.claims import main as claims_main
 from reproductions.results import RESULTS_FILE, atomic_write_json
 from reproductions.sweeping.records import REGISTRY_DIR
 from reproductions.sweeping.spec import SweepError, load_sweep
-from tests.report_helpers import PNG, result, write_sweep
+from tests.report_helpers import PNG, result, write_report_sweep
 from tests.sweep_helpers import SWEEPS
 
 CPU = {"device": "cpu", "cpu": "Test CPU 9000 (family 25, model 1)", "cpu_capability": "AVX2"}
@@ -29,7 +29,7 @@ ACCS = {
 
 
 def claims_sweep(tmp_path, **profiles):
-    return write_sweep(
+    return write_report_sweep(
         tmp_path / "pos.yaml", aliases={"pos_embed": "model.net.init_args.pos_embed"},
         variants=[{"name": n, "overrides": {"pos_embed": n}} for n in ("none", "learned", "relative", "sincos")],
         claims=["A clear gap between none and any embedding."],
@@ -60,7 +60,7 @@ def rows_of(md: str, claim: str) -> list[list[str]]:
 def page(tmp_path, capsys):
     sweep, root = claims_sweep(tmp_path), tmp_path / "runs"
     put_runs(root)
-    other = write_sweep(tmp_path / "other.yaml", title="Never run", variants=[{"name": "a"}], profiles={"cpu": {}, "gpu": {}})
+    other = write_report_sweep(tmp_path / "other.yaml", title="Never run", variants=[{"name": "a"}], profiles={"cpu": {}, "gpu": {}})
     out, figures = tmp_path / "docs" / "claims.md", tmp_path / "docs" / "figures" / "claims"
     argv = ["--sweep", str(sweep), "--sweep", str(other), "--root", str(root), "--out", str(out), "--figures", str(figures)]
     assert claims_main(argv) == 0

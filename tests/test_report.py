@@ -24,7 +24,7 @@ from reproductions.sweeping.collect import collect
 from reproductions.sweeping.report import REPORT_FILE, write_report
 from reproductions.sweeping.spec import SweepError
 from reproductions.sweeping.tables import table
-from tests.report_helpers import PNG, REPO, bst_result, position_sweep, put, result, write_sweep
+from tests.report_helpers import PNG, REPO, bst_result, position_sweep, put, result, write_report_sweep
 
 
 def test_report_table_from_hand_made_results(tmp_path, capsys):
@@ -90,7 +90,7 @@ def test_report_table_from_hand_made_results(tmp_path, capsys):
 
 def patch_sweep_with_runs(tmp_path, root):
     """A patch-size sweep (4 -> 2, 4x the FLOPs) and its 3 finished seeds per variant under ``root``."""
-    patch = write_sweep(
+    patch = write_report_sweep(
         tmp_path / "patch.yaml", axis="patch_size",
         aliases={"patch_size": "model.net.init_args.patch_size"}, product={"patch_size": [4, 2]},
         report={"plot": "accuracy_vs_flops", "check": "halving", "param": "patch_size"},
@@ -110,7 +110,7 @@ def test_report_figures_and_claim_checks_per_plot_kind(tmp_path):
     assert report.figures[0].name == "patch_size.png" and report.figures[0].read_bytes()[:8] == PNG
 
     # pooling: grouped by learning rate
-    pool = write_sweep(
+    pool = write_report_sweep(
         tmp_path / "pool.yaml", axis="pooling",
         aliases={"pool": "model.net.init_args.pool", "lr": "model.init_args.lr"},
         product={"pool": ["cls", "gap"], "lr": [1.0e-3, 3.0e-3]},
@@ -130,7 +130,7 @@ def test_report_figures_and_claim_checks_per_plot_kind(tmp_path):
     assert (root / "pool-smoke" / "pooling.png").read_bytes()[:8] == PNG
 
     # attention: accuracy and speed
-    att = write_sweep(
+    att = write_report_sweep(
         tmp_path / "att.yaml", axis="attention", variants=[{"name": "dot"}, {"name": "additive"}],
         report={"plot": "bars", "speed": True, "check": "speed", "baseline": "dot"},
     )  # fmt: skip
@@ -148,7 +148,7 @@ def test_lines_plot_and_gaps_check_over_model_families(tmp_path):
     """The data-size report: one line per model family against training-set size, a few-shot
     panel, and the gap of each claimed pair at each size with its trend."""
     root = tmp_path / "runs"
-    sweep = write_sweep(
+    sweep = write_report_sweep(
         tmp_path / "size.yaml", axis="train_samples",
         aliases={"n": "data.init_args.train_samples"},
         variants=[{"name": "ViT", "axes": {"model": "ViT"}}, {"name": "ResNet", "axes": {"model": "ResNet"}}],
@@ -170,7 +170,7 @@ def test_lines_plot_and_gaps_check_over_model_families(tmp_path):
     assert "-> 5-shot (%): ResNet - ViT shrinks from +20.00 at n=1000 to +2.00 at n=10000" in md
     assert report.figures[0].name == "train_samples.png" and report.figures[0].read_bytes()[:8] == PNG
 
-    bad = write_sweep(tmp_path / "bad.yaml", axis="train_samples", variants=[{"name": "ViT", "axes": {"model": "ViT"}}],
+    bad = write_report_sweep(tmp_path / "bad.yaml", axis="train_samples", variants=[{"name": "ViT", "axes": {"model": "ViT"}}],
                       report={"plot": "lines", "x": "n", "hue": "model", "check": "gaps", "along": "n",
                               "pairs": [["CNN", "ViT"]]})  # fmt: skip
     with pytest.raises(SweepError, match=r"report.pairs, a list of \[a, b\] values of 'model': \['ViT'\]"):
@@ -181,7 +181,7 @@ def test_curves_plot_and_time_to_target_from_each_runs_metrics_csv(tmp_path):
     """Time to accuracy: the validation accuracy against wall time of every run (its metrics.csv),
     when each first reached the target, and whether its test accuracy reached it in the budget."""
     root = tmp_path / "runs"
-    sweep = write_sweep(
+    sweep = write_report_sweep(
         tmp_path / "tta.yaml", axis="recipe", variants=[{"name": "fast"}, {"name": "slow"}],
         report={"plot": "curves", "check": "time_to_target", "target": 0.92, "budget_s": 900},
     )  # fmt: skip
@@ -288,7 +288,7 @@ def test_two_profiles_side_by_side_with_each_profiles_claim_marks(tmp_path, caps
     """``report SWEEP --profile a --profile b``: one table, a column per profile beside the
     paper's, the claim check of each profile marked from its own numbers; nothing of the
     profiles' own reports is touched."""
-    sweep = write_sweep(
+    sweep = write_report_sweep(
         tmp_path / "pos.yaml", aliases={"pos_embed": "model.net.init_args.pos_embed"},
         variants=[
             {"name": "none", "overrides": {"pos_embed": "none"}, "paper": {"t8": 0.61382}},

@@ -10,12 +10,12 @@ from reproductions.sweeping.collect import collect
 from reproductions.sweeping.figures import PLOTS, PLOTTERS, figure, pyplot
 from reproductions.sweeping.plan import make_plan
 from reproductions.sweeping.spec import SweepError
-from tests.report_helpers import PNG, position_sweep, put, result, write_sweep
+from tests.report_helpers import PNG, position_sweep, put, result, write_report_sweep
 
 
 def grid_sweep(tmp_path, report: dict, **spec):
     """A 2 x 2 grid (model x n) with a 5-shot column, results for every run, and its plan."""
-    path = write_sweep(
+    path = write_report_sweep(
         tmp_path / "grid.yaml", axis="grid", aliases={"n": "data.init_args.train_samples"},
         variants=[{"name": "ViT", "axes": {"model": "ViT"}}, {"name": "ResNet", "axes": {"model": "ResNet"}}],
         product={"n": [1000, 10000]}, columns=[{"key": "test/fewshot_5", "label": "5-shot (%)", "scale": 100}],
