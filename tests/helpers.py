@@ -332,3 +332,19 @@ def history_values(records: list) -> dict:
             else:
                 logged.setdefault(keys[0], {})[keys[1]] = value
     return logged
+
+
+def brute_force_gauc(labels, scores, groups) -> float:
+    """GAUC the slow, obvious way: scikit-learn's AUC user by user, weighted by the user's
+    impressions; users whose labels are all one class skipped (NaN when no user has both)."""
+    import numpy as np
+    from sklearn.metrics import roc_auc_score
+
+    labels, scores, groups = (np.asarray(a) for a in (labels, scores, groups))
+    total, weight = 0.0, 0
+    for g in np.unique(groups):
+        m = groups == g
+        if 0 < labels[m].sum() < m.sum():
+            total += m.sum() * roc_auc_score(labels[m], scores[m])
+            weight += m.sum()
+    return total / weight if weight else float("nan")

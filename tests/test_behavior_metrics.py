@@ -11,17 +11,8 @@ from sklearn.metrics import log_loss, roc_auc_score
 
 from datamodules.behavior.metrics import auc, gauc, logloss
 from lightning_modules.metrics import group_auroc
+from tests.helpers import brute_force_gauc
 
-
-def brute_force_gauc(labels: np.ndarray, scores: np.ndarray, groups: np.ndarray) -> float:
-    """sklearn's AUC user by user, weighted by impressions; users with one class skipped."""
-    total, weight = 0.0, 0
-    for g in np.unique(groups):
-        m = groups == g
-        if 0 < labels[m].sum() < m.sum():
-            total += m.sum() * roc_auc_score(labels[m], scores[m])
-            weight += m.sum()
-    return total / weight if weight else float("nan")
 
 
 def sample(seed: int, n: int = 3000, n_users: int = 600, ties: bool = False):

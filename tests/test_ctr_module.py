@@ -22,21 +22,12 @@ from lightning_modules.metrics import rela_impr
 from lightning_modules.metrics import GroupAUROC, group_auroc
 from models.ctr import BST, WDL
 from tests.behavior_files import ml_latest_small
+from tests.helpers import brute_force_gauc
 
 COUNTS = ("impressions", "users", "gauc_impressions", "gauc_users")
 
 
 # ------------------------------------------------------------------------------------- GAUC
-def brute_force_gauc(preds: np.ndarray, target: np.ndarray, groups: np.ndarray) -> float:
-    num = den = 0.0
-    for g in np.unique(groups):
-        m = groups == g
-        if len(np.unique(target[m])) < 2:
-            continue  # single-class users have no AUC: skipped, weight included
-        num += m.sum() * roc_auc_score(target[m], preds[m])
-        den += m.sum()
-    return num / den
-
 
 def brute_force_coverage(target: np.ndarray, groups: np.ndarray) -> dict[str, int]:
     """Impressions and users, and those of the users with both labels, counted user by user."""
@@ -60,7 +51,7 @@ def random_impressions(n: int, n_groups: int, seed: int):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_gauc_equals_brute_force_per_user_sklearn(seed):
     preds, target, groups = random_impressions(2000, 60, seed)
-    expected = brute_force_gauc(preds, target, groups)
+    expected = brute_force_gauc(target, preds, groups)
     got = group_auroc(torch.from_numpy(preds), torch.from_numpy(target), torch.from_numpy(groups))
     assert math.isclose(float(got), expected, rel_tol=0, abs_tol=1e-9)
     metric = GroupAUROC()
@@ -145,7 +136,7 @@ def test_gauc_synced_over_two_cpu_processes_equals_one_process():
     mp.start_processes(_gauc_worker, args=(2, port, queue), nprocs=2, start_method="spawn", join=True)
     results = dict(queue.get() for _ in range(2))
     preds, target, groups = random_impressions(1500, 40, 3)
-    expected = brute_force_gauc(preds, target, groups)
+    expected = brute_force_gauc(target, preds, groups)
     for rank in (0, 1):
         gauc, coverage = results[rank]
         assert math.isclose(gauc, expected, abs_tol=1e-6)
@@ -312,7 +303,7 @@ def test_gauc_and_its_coverage_on_a_real_movielens_slice_equal_a_brute_force_cou
     assert len(labels) > 2 * 100  # several evaluation batches, so the metric accumulates
     expected = brute_force_coverage(labels, users)
     assert 0 < expected["gauc_users"] < 60  # some test users liked (or disliked) every test movie
-    assert math.isclose(logged["test/gauc"], brute_force_gauc(probs, labels, users), abs_tol=1e-6)
+    assert math.isclose(logged["test/gauc"], brute_force_gauc(labels, probs, users), abs_tol=1e-6)
     assert {c: logged[f"test/{c}"] for c in COUNTS} == expected
     val = dm.split_dataset("val").with_format("numpy")[:]
     assert {c: logged[f"val/{c}"] for c in COUNTS} == brute_force_coverage(val["label"].astype(int), val["user"])
