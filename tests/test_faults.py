@@ -40,6 +40,7 @@ import torch
 # Imported here, at collection: Lightning's log handlers bind to the stderr of the moment they are
 # made, and one made inside a test's capture would write to a closed stream in the next test.
 import reproductions.cli  # noqa: F401
+from tests.cli_helpers import cli_env, run_repro
 
 REPO = Path(__file__).resolve().parents[1]
 DIGITS = "reproductions/vit/configs/digits.yaml"
@@ -69,13 +70,6 @@ class Result:
         return self.lines[-1] if self.lines else ""
 
 
-def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("REPRO_DEBUG",) and not k.startswith("SLURM_")}
-    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", WANDB_MODE="offline", CUDA_VISIBLE_DEVICES="",
-               PYTHONUNBUFFERED="1")
-    env.update(extra)
-    return env
-
 
 def _log(case: str, result: Result) -> None:
     path = os.environ.get("REPRO_FAULTS_LOG")
@@ -87,9 +81,7 @@ def _log(case: str, result: Result) -> None:
 
 def repro(*args: str, case: str = "", timeout: float = 600, preexec_fn=None, env: dict | None = None) -> Result:
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "reproductions", *args], cwd=REPO, env=env or _env(),
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
-                          preexec_fn=preexec_fn)
+    proc = run_repro(*args, env=env, timeout=timeout, merge=True, preexec_fn=preexec_fn)
     result = Result(proc.returncode, proc.stdout, time.monotonic() - start)
     _log(case or " ".join(args[:2]), result)
     return result
@@ -117,7 +109,7 @@ def repro_here(*args: str, case: str, capfd, monkeypatch, **env: str) -> Result:
 
 def start(*args: str, log: Path) -> tuple[subprocess.Popen, float]:
     f = open(log, "w")
-    proc = subprocess.Popen([sys.executable, "-m", "reproductions", *args], cwd=REPO, env=_env(),
+    proc = subprocess.Popen([sys.executable, "-m", "reproductions", *args], cwd=REPO, env=cli_env(),
                             stdout=f, stderr=subprocess.STDOUT, text=True)
     f.close()
     return proc, time.monotonic()

@@ -16,6 +16,7 @@ import pytest
 from reproductions.__main__ import main
 from tests.images_helpers import isolated  # noqa: F401
 from tests.test_images_prepared import write_jpeg_folder
+from tests.cli_helpers import cli_env
 
 
 def test_prepare_then_info_show_where_the_data_is_and_its_splits(tmp_path, capsys):
@@ -58,10 +59,6 @@ def test_prepare_from_a_config_with_overrides_and_one_line_errors(tmp_path, caps
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-            "PYTHONUNBUFFERED": "1"}  # fmt: skip
-
 
 def _tmp_dirs(cache: Path) -> list[Path]:
     root = cache / "attention-repro" / "prepared"
@@ -82,7 +79,7 @@ def test_a_prepare_killed_midway_is_listed_by_info_and_removed_by_the_next_prepa
     args = ["--source", "folder", "--data.data_dir", str(folder), "--data.cache_dir", str(cache),
             "--data.prepare_workers", "1"]  # fmt: skip
     log = open(tmp_path / "prepare.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "reproductions", "data", "prepare", *args], cwd=REPO, env=_env(),
+    proc = subprocess.Popen([sys.executable, "-m", "reproductions", "data", "prepare", *args], cwd=REPO, env=cli_env(),
                             stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
     writer, deadline = None, time.monotonic() + 300
     try:
@@ -154,7 +151,7 @@ def test_prepare_into_a_cache_dir_that_cannot_be_written_ends_in_one_line(tmp_pa
         prefix = _read_only_mount(cache)
         if prefix is None:
             pytest.skip("running as root (permission bits do not stop root) without the right to mount read-only")
-        done = subprocess.run([*prefix, sys.executable, "-m", "reproductions", *args], cwd=REPO, env=_env(),
+        done = subprocess.run([*prefix, sys.executable, "-m", "reproductions", *args], cwd=REPO, env=cli_env(),
                               capture_output=True, text=True, timeout=600)  # fmt: skip
         code, err = done.returncode, done.stderr
         why = "Read-only file system"

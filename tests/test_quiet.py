@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from reproductions import quiet
+from tests.cli_helpers import run_repro
 
 REPO = Path(__file__).resolve().parents[1]
 WARNING_LINE = re.compile(r"(^|\s)\S+\.py:\d+: |Warning: ")
@@ -57,13 +58,6 @@ def test_evaluation_only_warnings_show_in_fit(monkeypatch):
     assert len(caught) == 1  # --debug: everything
 
 
-def _repro(*args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "REPRO_DEBUG"}
-    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", WANDB_MODE="offline", CUDA_VISIBLE_DEVICES="")
-    return subprocess.run([sys.executable, "-m", "reproductions", *args], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=600)
-
-
 def warning_lines(text: str) -> list[str]:
     return [line for line in text.replace("\r", "\n").splitlines() if WARNING_LINE.search(line)]
 
@@ -74,15 +68,15 @@ def test_a_fit_and_a_test_on_its_checkpoint_print_no_warning_line(tmp_path):
             "--trainer.limit_val_batches", "2",
             "--trainer.limit_test_batches", "2", "--run.attention_analysis", "false"]
     config = "reproductions/vit/configs/digits.yaml"
-    fit = _repro("fit", "--config", config, "--run.root", str(tmp_path), *tiny)
+    fit = run_repro("fit", "--config", config, "--run.root", str(tmp_path), *tiny)
     assert fit.returncode == 0, fit.stderr[-3000:]
     assert warning_lines(fit.stdout + fit.stderr) == []
     ckpt = next(tmp_path.rglob("last.ckpt"))
-    test = _repro("test", "--config", config, "--run.root", str(tmp_path), "--ckpt_path", str(ckpt), *tiny)
+    test = run_repro("test", "--config", config, "--run.root", str(tmp_path), "--ckpt_path", str(ckpt), *tiny)
     assert test.returncode == 0, test.stderr[-3000:]
     assert warning_lines(test.stdout + test.stderr) == []
     assert not (ckpt.parents[1] / "test" / "checkpoints").exists()  # a test saves no checkpoint
-    debug = _repro("test", "--debug", "--config", config, "--run.root", str(tmp_path), "--ckpt_path", str(ckpt),
+    debug = run_repro("test", "--debug", "--config", config, "--run.root", str(tmp_path), "--ckpt_path", str(ckpt),
                    *tiny)
     assert debug.returncode == 0 and any("callbacks used to create the checkpoint" in line
                                          for line in warning_lines(debug.stdout + debug.stderr))

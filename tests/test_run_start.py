@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from reproductions.model_check import model_differences, refusal, runtime_settings
-from tests.test_faults import DIGITS, NET, REPO, RUN, TINY, _env, copy_run, finished, repro, repro_here, usage_error  # noqa: F401
+from tests.cli_helpers import cli_env
+from tests.test_faults import DIGITS, NET, REPO, RUN, TINY, copy_run, finished, repro, repro_here, usage_error  # noqa: F401
 
 RESNET = "reproductions/vit/configs/resnet_fashion_mnist.yaml"
 TWO_NODES = ["--trainer.accelerator", "cpu", "--trainer.num_nodes", "2", "--trainer.strategy", "ddp"]
@@ -49,7 +50,7 @@ def test_more_nodes_than_launched_is_refused_at_once_and_leaves_nothing(tmp_path
 
 @pytest.mark.slow
 def test_other_nodes_that_never_join_time_out_naming_who_is_missing(tmp_path):
-    env = _env(NODE_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    env = cli_env(NODE_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
     result = repro("fit", "--config", DIGITS, "--run.root", str(tmp_path / "runs"), *TINY, *TWO_NODES,
                    "--run.rendezvous_timeout", "3", case="the other node never joins", timeout=120, env=env)
     assert result.returncode == 1, result.output[-3000:]
@@ -64,7 +65,7 @@ def test_other_nodes_that_never_join_time_out_naming_who_is_missing(tmp_path):
 def test_a_signal_stops_the_wait_for_the_other_nodes_at_once(signum, devices, tmp_path):
     """The local processes (devices 2: two) of node 0 of 2 wait in C++ for node 1; the signal ends all."""
     log = tmp_path / "out.log"
-    env = _env(NODE_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    env = cli_env(NODE_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
     with open(log, "w") as f:
         proc = subprocess.Popen(
             [sys.executable, "-m", "reproductions", "fit", "--config", DIGITS, "--run.root", str(tmp_path / "runs"),

@@ -29,10 +29,10 @@ from reproductions import sync
 from reproductions.artifacts import PENDING_FILE, keep_pending, read_pending
 from reproductions.sync import find_offline_runs, main as sync_main
 from reproductions.tracking import RUN_ID_FILE, offline_folder, read_run_id
+from tests.cli_helpers import cli_env, run_repro
 from tests.helpers import history_values, wandb_records
 from tests.report_helpers import position_sweep, put
 
-REPO = Path(__file__).resolve().parents[1]
 DIGITS = "reproductions/vit/configs/digits.yaml"
 SMALL = [
     "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
@@ -41,19 +41,15 @@ SMALL = [
 ]  # fmt: skip
 
 
-def env_for(tmp_path: Path, **extra: str) -> dict:
+def env_for(tmp_path: Path, **extra: str | None) -> dict:
+    """``cli_env`` with a home and netrc of the test's own, so no key of the caller's is found."""
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    env.update(HOME=str(home), WANDB_MODE="offline", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", OMP_NUM_THREADS="1",
-               NETRC=str(tmp_path / "no-netrc"), PYTHONPATH=str(REPO))  # fmt: skip
-    env.update(extra)
-    return {k: v for k, v in env.items() if v is not None}
+    return cli_env(HOME=str(home), NETRC=str(tmp_path / "no-netrc"), **extra)
 
 
-def repro(tmp_path: Path, *args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "reproductions", *args], cwd=REPO, env=env_for(tmp_path, **env),
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+def repro(tmp_path: Path, *args: str, timeout: float = 300, **env: str | None) -> subprocess.CompletedProcess:
+    return run_repro(*args, env=env_for(tmp_path, **env), timeout=timeout)
 
 
 def fit(tmp_path: Path, *extra: str, **env: str) -> subprocess.CompletedProcess:
@@ -277,17 +273,14 @@ def test_sync_dry_run_lists_what_it_would_upload_and_why_it_skips(tmp_path, caps
     assert "would upload 4 (2 W&B run(s)), skipping 2" in text and text.rstrip().endswith("dry run: nothing uploaded")
     # uploading without a key: one error line before anything is uploaded
     env = env_for(tmp_path, WANDB_MODE=None)
-    done = subprocess.run([sys.executable, "-m", "reproductions", "sync", str(runs)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = run_repro("sync", str(runs), env=env, timeout=120)
     assert done.returncode == 2 and last_line(done).startswith("error: no W&B key")
     # a key but no server: one error line at once (wandb sync itself would retry for minutes)
     env_key = env_for(tmp_path, WANDB_MODE=None, WANDB_API_KEY="f" * 40, WANDB_BASE_URL=f"http://127.0.0.1:{_closed_port()}")
-    done = subprocess.run([sys.executable, "-m", "reproductions", "sync", str(runs)], cwd=REPO, env=env_key,
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = run_repro("sync", str(runs), env=env_key, timeout=120)
     assert done.returncode == 1 and "is not reachable" in last_line(done) and "nothing uploaded" in last_line(done)
     assert not list(runs.rglob("*.synced"))[1:]  # only the one marked before
-    done = subprocess.run([sys.executable, "-m", "reproductions", "sync", str(tmp_path / "nowhere")], cwd=REPO,
-                          env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    done = run_repro("sync", str(tmp_path / "nowhere"), env=env, timeout=120)
     assert done.returncode == 2 and "does not exist" in last_line(done)
 
 
