@@ -1,4 +1,4 @@
-"""datamodules/behavior/metrics.py: the numpy AUC / GAUC / log loss against sklearn and the torch GAUC."""
+"""datamodules/behavior/metrics.py: AUC / GAUC / log loss of numpy arrays against sklearn and a brute-force GAUC."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ import torch
 from sklearn.metrics import log_loss, roc_auc_score
 
 from datamodules.behavior.metrics import auc, gauc, logloss
-from lightning_modules.metrics import group_auroc
+from utils.ranking import group_auroc
 from tests.helpers import brute_force_gauc
-
 
 
 def sample(seed: int, n: int = 3000, n_users: int = 600, ties: bool = False):
@@ -55,7 +54,12 @@ def test_logloss_equals_sklearn_and_clips():
     assert math.isfinite(logloss(np.array([1.0, 0.0]), np.array([0.0, 1.0])))  # clipped, not infinite
 
 
-def test_the_numpy_gauc_is_the_twin_of_the_torch_one():
+def test_gauc_takes_any_numpy_dtypes():
+    # the data side passes float32 labels, int32 user ids and float32 probabilities; group_auroc sees
+    # them as float64 scores and int64 labels and groups, with the same result as float64 inputs
     labels, scores, groups = sample(4, ties=True)
-    torch_gauc = group_auroc(torch.from_numpy(scores), torch.from_numpy(labels), torch.from_numpy(groups))
-    assert gauc(labels, scores, groups) == pytest.approx(float(torch_gauc), abs=1e-12)
+    expected = brute_force_gauc(labels, scores, groups)
+    assert gauc(labels, scores.astype(np.float32), groups.astype(np.int32)) == pytest.approx(expected, abs=1e-6)
+    assert gauc(labels.astype(np.int8), scores, groups) == pytest.approx(expected, abs=1e-12)
+    assert gauc(labels, scores, groups) == pytest.approx(float(group_auroc(
+        torch.from_numpy(scores), torch.from_numpy(labels), torch.from_numpy(groups))), abs=1e-12)

@@ -11,7 +11,7 @@ from sklearn.preprocessing import OneHotEncoder
 from datamodules.behavior import BehaviorDataModule
 from datamodules.behavior.metrics import auc, gauc
 from datamodules.behavior.synthetic import SYNTHETIC_PROFILE_CARDINALITIES, generate_synthetic, synthetic_ceiling
-from lightning_modules.metrics import group_auroc
+from utils.ranking import group_auroc
 from models.ctr_batch import PAD, PAD_BUCKET
 from tests.behavior_files import frame, synthetic_dm  # noqa: F401 (a fixture)
 

@@ -19,7 +19,8 @@ from datamodules.behavior import BehaviorDataModule
 from lightning_modules.base import warmup_schedule
 from lightning_modules.ctr import CTRModule, check_feature_sizes, fusable
 from lightning_modules.metrics import rela_impr
-from lightning_modules.metrics import GroupAUROC, group_auroc
+from lightning_modules.metrics import GroupAUROC
+from utils.ranking import group_auroc
 from models.ctr import BST, WDL
 from tests.behavior_files import ml_latest_small
 from tests.helpers import brute_force_gauc

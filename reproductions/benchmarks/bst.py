@@ -407,7 +407,7 @@ def ours_gauc(data: dict, batch: int, device: torch.device) -> float:
 
 def ours_gauc_exact(data: dict, device: torch.device) -> float:
     """GroupAUROC's float64 value (``compute`` returns float32) for the agreement check."""
-    from lightning_modules.metrics import group_auroc
+    from utils.ranking import group_auroc
 
     p, y, u = (torch.from_numpy(data[k]).to(device) for k in ("preds", "labels", "users"))
     return float(group_auroc(p.float(), y, u))
