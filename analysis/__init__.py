@@ -10,5 +10,5 @@
 - ``filters``: principal components of the patch-embedding filters.
 - ``figures``: the PNG figures; ``callback``: ``AttentionDistanceCallback`` for the end of fit.
 
-The command is ``repro analyze`` (``reproductions/analyze.py``).
+The command is ``repro analyze`` (``reproductions/commands/analyze.py``).
 """

@@ -2,19 +2,19 @@
 
 Commands:
     fit, validate, test, predict   Lightning's subcommands through ReproductionCLI (``--help`` on each)
-    sweep                          run an ablation grid (reproductions/sweep.py): variant x seed runs
-    report                         a sweep's table beside the paper and its figures (reproductions/report.py)
-    claims                         every sweep's claims at every scale on one page, docs/claims.md (reproductions/claims.py)
-    registry                       the results registry in results/: add runs, list, check, tables (reproductions/registry.py)
-    analyze                        attention analyses of a checkpoint or timm ViT (reproductions/analyze.py)
-    data                           prepare image data ahead of time, show what is prepared (reproductions/data.py)
-    sync                           upload the offline W&B runs under a path with wandb sync (reproductions/sync.py)
-    bench                          benchmarks with ratios against peers run in the same process (reproductions/bench.py):
+    sweep                          run an ablation grid (reproductions/commands/sweep.py): variant x seed runs
+    report                         a sweep's table beside the paper and its figures (reproductions/commands/report.py)
+    claims                         every sweep's claims at every scale on one page, docs/claims.md (reproductions/commands/claims.py)
+    registry                       the results registry in results/: add runs, list, check, tables (reproductions/commands/registry.py)
+    analyze                        attention analyses of a checkpoint or timm ViT (reproductions/commands/analyze.py)
+    data                           prepare image data ahead of time, show what is prepared (reproductions/commands/data.py)
+    sync                           upload the offline W&B runs under a path with wandb sync (reproductions/commands/sync.py)
+    bench                          benchmarks with ratios against peers run in the same process (reproductions/commands/bench.py):
                                    trainer, vit, hybrid, data, bst, gpu
 
 ``repro --help`` lists these commands before Lightning's own help.
 
-Every command fails the same way (reproductions/errors.py): one last line ``error: ...`` naming
+Every command fails the same way (reproductions/run/errors.py): one last line ``error: ...`` naming
 what is wrong and what to do, exit status 2 for a usage error and 1 for a failure while running,
 no traceback unless ``--debug`` is on the command line (anywhere) or ``REPRO_DEBUG=1``.
 """
@@ -25,18 +25,18 @@ import sys
 from collections.abc import Sequence
 from importlib import import_module
 
-from reproductions.errors import argparse_errors, pop_debug_flag, run_command
+from reproductions.run.errors import argparse_errors, pop_debug_flag, run_command
 
 #: commands beside Lightning's (fit, validate, test, predict): name -> module with ``main(argv)``
 TOOLS = {
-    "bench": "reproductions.bench",
-    "sweep": "reproductions.sweep",
-    "report": "reproductions.report",
-    "claims": "reproductions.claims",
-    "registry": "reproductions.registry",
-    "analyze": "reproductions.analyze",
-    "data": "reproductions.data",
-    "sync": "reproductions.sync",
+    "bench": "reproductions.commands.bench",
+    "sweep": "reproductions.commands.sweep",
+    "report": "reproductions.commands.report",
+    "claims": "reproductions.commands.claims",
+    "registry": "reproductions.commands.registry",
+    "analyze": "reproductions.commands.analyze",
+    "data": "reproductions.commands.data",
+    "sync": "reproductions.commands.sync",
 }
 #: what each of TOOLS does, for ``repro --help``
 SUMMARIES = {
@@ -71,7 +71,7 @@ def dispatch(argv: Sequence[str], *, from_command_line: bool = False) -> int | N
         tool = _tool(argv[0])
         with argparse_errors():  # their argparse errors end in the same one line
             return tool(argv[1:])
-    from reproductions.cli import main as cli_main
+    from reproductions.run.cli import main as cli_main
 
     # From the command line LightningCLI reads sys.argv itself (given both, it warns on every run).
     if from_command_line:

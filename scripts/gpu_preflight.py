@@ -33,8 +33,8 @@ REPO = Path(__file__).resolve().parents[1]
 WHEELS_SCRIPT = REPO / "scripts" / "gpu_wheels.sh"
 FIT_ARGS = ["fit", "--config", str(REPO / "reproductions/vit/configs/digits.yaml"),
             "--config", str(REPO / "reproductions/vit/configs/overlays/fsdp.yaml"), "--print_config"]
-BENCH_MODULES = ["reproductions.bench", "reproductions.benchmarks.gpu"]
-FIT_MODULES = ["reproductions.cli", "models.vit", "lightning_modules.image_classifier", "lightning_modules.sharding",
+BENCH_MODULES = ["reproductions.commands.bench", "reproductions.benchmarks.gpu"]
+FIT_MODULES = ["reproductions.run.cli", "models.vit", "lightning_modules.image_classifier", "lightning_modules.sharding",
                "datamodules.images"]
 #: (module, attribute path) of every PyTorch API the stages call that older or newer versions may lack
 TORCH_APIS = [
@@ -55,7 +55,7 @@ TORCH_APIS = [
     ("torch.utils.flop_counter", "FlopCounterMode"),
     ("torch.utils.checkpoint", "checkpoint"),
 ]
-#: one of these sets the default process group's timeout (reproductions/rendezvous.py takes the first present)
+#: one of these sets the default process group's timeout (reproductions/run/rendezvous.py takes the first present)
 TORCH_TIMEOUT_APIS = [("torch.distributed", "set_timeout"), ("torch.distributed.distributed_c10d", "_set_pg_timeout")]
 
 

@@ -6,7 +6,7 @@
 # code path imports (tests/test_gpu_bundle.py checks that this list is exactly that set):
 #
 #   package           version   size     why the check needs it
-#   jsonargparse      4.53.0    174 KiB  LightningCLI parses every `fit` command with it (reproductions/cli.py)
+#   jsonargparse      4.53.0    174 KiB  LightningCLI parses every `fit` command with it (reproductions/run/cli.py)
 #   docstring-parser  0.18.0     22 KiB  jsonargparse[signatures], which Lightning checks before the CLI starts
 #   typeshed-client   2.15.0    789 KiB  jsonargparse[signatures], as above
 #   datasets          5.2.0     594 KiB  datamodules.images holds every image source, digits included, as a

@@ -96,7 +96,7 @@ def inprocess_runner(run, env) -> int:
     rc = 0
     try:
         with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
-            from reproductions.cli import main as cli_main
+            from reproductions.run.cli import main as cli_main
 
             cli_main(run.args)
     except SystemExit as e:

@@ -7,6 +7,7 @@ by importing them: ``from tests.images_helpers import cache, isolated  # noqa: F
 from __future__ import annotations
 
 import gzip
+import io
 import struct
 from pathlib import Path
 
@@ -122,3 +123,23 @@ def hub_like(splits: dict[str, int], image_column: str = "img", seed: int = 0, *
         out[split] = datasets.Dataset.from_dict(columns, features=datasets.Features(features))
     return datasets.DatasetDict(out)
 
+
+def jpeg_bytes(rng: np.random.Generator, size=(12, 16), quality: int = 90) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, (*size, 3), dtype=np.uint8)).save(buffer, format="JPEG", quality=quality)
+    return buffer.getvalue()
+
+
+def write_jpeg_folder(root: Path, splits=("train", "val"), classes=("n01", "n02"), per_class: int = 5,
+                      size=(12, 16), seed: int = 0) -> dict[str, int]:  # fmt: skip
+    """ImageNet-layout JPEGs: root/<split>/<class>/<i>.JPEG; returns {relative path: class index}."""
+    rng = np.random.default_rng(seed)
+    written = {}
+    for split in splits:
+        for k, name in enumerate(classes):
+            (root / split / name).mkdir(parents=True, exist_ok=True)
+            for i in range(per_class):
+                rel = f"{split}/{name}/{i}.JPEG"
+                (root / rel).write_bytes(jpeg_bytes(rng, size))
+                written[rel] = k
+    return written

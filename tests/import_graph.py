@@ -6,10 +6,17 @@ runs the same checks.
 
 Layers (a module may import its own package and any lower layer, never a higher one):
 
-    reproductions                              (commands, sweeps, reports, benchmarks)
+    reproductions                              (the run, commands, sweeps, reports, benchmarks)
     lightning_modules  datamodules  analysis   (training logic, data I/O, probes: peers, independent)
     models                                     (plain nn.Modules)
-    utils                                      (atomic file writes, the closed-choice check)
+    utils                                      (atomic file writes, the closed-choice check, GAUC, ...)
+
+Inside ``reproductions`` the rooms are layered the same way (``ROOMS``):
+
+    __main__                                   (dispatches ``repro <command>``)
+    commands                                   (one module per command)
+    sweeping  benchmarks                       (the sweep engine; the benchmarks: peers)
+    run                                        (one run's lifecycle: CLI, run directory, results, W&B)
 """
 
 from __future__ import annotations
@@ -138,6 +145,22 @@ def _is_package_of(importer: str, target: str) -> bool:
     return importer.startswith(target + ".")
 
 
+#: the rooms of ``reproductions`` and which rooms each may import (besides itself)
+ROOMS = {
+    "run": set(),
+    "sweeping": {"run"},
+    "benchmarks": {"run"},
+    "commands": {"run", "sweeping", "benchmarks"},
+    "__main__": {"run", "commands"},
+}
+
+
+def room(module: str) -> str | None:
+    """The room of ``reproductions`` a module lies in (None: not in ``reproductions``, or the package itself)."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "reproductions" and len(parts) > 1 else None
+
+
 def layer_violations(g) -> list[str]:
     out = []
     for src, edges in sorted(g.items()):
@@ -146,7 +169,16 @@ def layer_violations(g) -> list[str]:
             other = dst.split(".")[0]
             if other != top and other not in ALLOWED[top]:
                 out.append(f"{src} imports {dst}: {top} may import only {sorted(ALLOWED[top]) or 'nothing of ours'}")
+            here, there = room(src), room(dst)
+            if top == other == "reproductions" and here != there and there not in ROOMS.get(here, set()):
+                allowed = sorted(ROOMS.get(here, set())) or "no other room"
+                out.append(f"{src} imports {dst}: reproductions.{here} may import only {allowed}")
     return out
+
+
+def loose_modules() -> list[str]:
+    """Modules of ``reproductions`` outside its rooms (paper folders hold configs and Markdown only)."""
+    return sorted(m for m in repo_modules() if m.startswith("reproductions.") and room(m) not in ROOMS)
 
 
 def private_imports(g) -> list[str]:

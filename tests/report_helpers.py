@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reproductions.results import RESULTS_FILE, atomic_write_json
+from reproductions.run.results import RESULTS_FILE, atomic_write_json
 from tests.sweep_helpers import REPO, write_sweep  # noqa: F401 - REPO: the report tests import it from here
 
 PNG = b"\x89PNG\r\n\x1a\n"

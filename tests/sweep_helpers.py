@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from reproductions.results import RESULTS_FILE, atomic_write_json
+from reproductions.run.results import RESULTS_FILE, atomic_write_json
 from reproductions.sweeping.spec import sweep_id
 
 REPO = Path(__file__).resolve().parents[1]

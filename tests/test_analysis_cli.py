@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from reproductions.__main__ import main as repro_main
-from reproductions.analyze import main as analyze_main
-from reproductions.cli import main as cli_main
+from reproductions.commands.analyze import main as analyze_main
+from reproductions.run.cli import main as cli_main
 
 pytestmark = pytest.mark.xdist_group("analysis-cli")  # the tests share one trained run (module fixture)
 
@@ -115,7 +115,7 @@ def test_distance_side_by_side_with_the_default_timm_output(run, tmp_path, monke
 
 def test_the_notebooks_model_a_checkpoint_else_timm_else_the_shipped_one(run):
     """load_target (the notebook's ANALYSIS_CKPT / ANALYSIS_TIMM, neither: the shipped checkpoint)."""
-    from reproductions.analysis_inputs import DEMO_CKPT, load_target
+    from reproductions.commands.analysis_inputs import DEMO_CKPT, load_target
 
     ckpt = run / "checkpoints" / "last.ckpt"
     target = load_target(str(ckpt), "vit_tiny_patch16_224")  # a checkpoint wins over a timm name
@@ -132,7 +132,7 @@ def test_the_notebooks_model_a_checkpoint_else_timm_else_the_shipped_one(run):
 
 def test_a_shipped_checkpoint_without_data_records_reads_fashion_mnist(run, tmp_path, monkeypatch):
     """A slim copy (weights and hyper-parameters only) still finds its images; a missing one is named."""
-    from reproductions import analysis_inputs as module
+    from reproductions.commands import analysis_inputs as module
 
     raw = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     slim = tmp_path / "demo.ckpt"
@@ -147,7 +147,7 @@ def test_a_shipped_checkpoint_without_data_records_reads_fashion_mnist(run, tmp_
 
 def test_vit_and_hybrid_side_by_side(tmp_path):
     """A hybrid (timm HybridEmbed over a CNN of stride 4, our blocks): distances in CNN-stride pixels."""
-    from reproductions.analyze import Images, Target, run_distance
+    from reproductions.commands.analyze import Images, Target, run_distance
     from tests.test_analysis_attention import hybrid, ours
 
     def images(size):

@@ -1,4 +1,4 @@
-"""Benchmarks (reproductions/bench.py, reproductions/benchmarks/): each subcommand runs at tiny settings,
+"""Benchmarks (reproductions/commands/bench.py, reproductions/benchmarks/): each subcommand runs at tiny settings,
 reports ratios and writes its JSON; the references are what they claim to be. No timing assertions."""
 
 import json
@@ -10,7 +10,7 @@ import torch
 import yaml
 
 from lightning_modules.model_stats import count_flops, count_parameters
-from reproductions.bench import main
+from reproductions.commands.bench import main
 from reproductions.benchmarks import common
 from reproductions.benchmarks import bst as bst_bench
 from reproductions.benchmarks import fuxictr_peer
@@ -22,7 +22,7 @@ from reproductions.benchmarks.gpu import table_peak
 from reproductions.benchmarks.vit import (
     PROFILES, SHAPE_KEYS, flops_per_image, our_vit, position_variants, predicted_time_ratio, timm_vit,
 )
-from reproductions.results import REPO_ROOT
+from reproductions.run.results import REPO_ROOT
 
 TINY_RUN = ["--steps", "1", "--warmup", "1", "--rounds", "1", "--threads", "1"]  # one thread: steadier when shared
 

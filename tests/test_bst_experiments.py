@@ -17,12 +17,13 @@ import numpy as np
 import pytest
 import yaml
 
-from reproductions.cli import main as cli_main
-from reproductions.results import RESULTS_FILE, atomic_write_json, read_results
-from reproductions.sweep import main as sweep_main
+from reproductions.run.cli import main as cli_main
+from reproductions.run.results import RESULTS_FILE, atomic_write_json, read_results
+from reproductions.commands.sweep import main as sweep_main
 from reproductions.sweeping.plan import make_plan
-from reproductions.sweeping.report import REPORT_FILE, write_report
+from reproductions.sweeping.sweep_report import REPORT_FILE, write_report
 from reproductions.sweeping.spec import SweepError, load_sweep
+from tests.cli_helpers import QUIET
 from tests.helpers import inprocess_runner
 
 REPO = Path(__file__).resolve().parents[1]
@@ -32,7 +33,6 @@ SWEEPS = ["bst/table", "bst/position"]
 MODELS = ["WDL", "WDL+Seq", "DIN", "BST-b1", "BST-b2", "BST-b3"]
 PAPER_AUC = {"WDL": 0.7734, "WDL+Seq": 0.7846, "DIN": 0.7866, "BST-b1": 0.7894, "BST-b2": 0.7885, "BST-b3": 0.7823}
 SOURCE_ML1M = "reproductions/bst/sources/movielens_1m.yaml"
-QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
 SMALL_SYNTHETIC = ["--data.synthetic_samples", "4000", "--data.use_cache", "false"]
 PNG = b"\x89PNG\r\n\x1a\n"
 

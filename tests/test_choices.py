@@ -20,7 +20,7 @@ from lightning_modules.image_classifier import ImageClassifier
 from models import ctr, hybrid, position, resnet, vit
 from utils.choices import check_choice, choices
 from reproductions.__main__ import main as repro_main
-from reproductions.cli import ReproductionCLI
+from reproductions.run.cli import ReproductionCLI
 
 DIGITS = "reproductions/vit/configs/digits.yaml"
 HYBRID = "reproductions/vit/configs/hybrid_fashion_mnist.yaml"

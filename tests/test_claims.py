@@ -1,4 +1,4 @@
-"""The claims page (reproductions/claims.py, reproductions/sweeping/claims_page.py) on hand-made
+"""The claims page (reproductions/commands/claims.py, reproductions/sweeping/claims_page.py) on hand-made
 results.json files: a verdict per claim and profile, rows in scale order, a figure for a claim
 measured at two scales only, the profiles without runs listed, bad scales and empty roots refused."""
 
@@ -9,8 +9,8 @@ import re
 import pytest
 
 from reproductions.__main__ import commands_help, main as repro_main
-from reproductions.claims import main as claims_main
-from reproductions.results import RESULTS_FILE, atomic_write_json
+from reproductions.commands.claims import main as claims_main
+from reproductions.run.results import RESULTS_FILE, atomic_write_json
 from reproductions.sweeping.records import REGISTRY_DIR
 from reproductions.sweeping.spec import SweepError, load_sweep
 from tests.report_helpers import PNG, result, write_report_sweep
@@ -221,7 +221,7 @@ def test_same_picture_tolerates_a_few_moved_pixels_not_another_figure(tmp_path):
     import numpy as np
     from PIL import Image
 
-    from reproductions.claims import same_picture
+    from reproductions.commands.claims import same_picture
 
     def png(array) -> bytes:
         buf = io.BytesIO()
@@ -244,8 +244,8 @@ def test_the_page_as_a_wandb_run_holds_its_comparisons_figures_and_markdown(tmp_
     verdicts; each scale figure is an image in its history; the Markdown is a file of the run."""
     import wandb
 
-    from reproductions.artifacts import read_pending, read_table
-    from reproductions.tracking import read_run_id
+    from reproductions.run.artifacts import read_pending, read_table
+    from reproductions.run.tracking import read_run_id
     from tests.helpers import history_values, wandb_records
 
     monkeypatch.setenv("WANDB_MODE", "offline")

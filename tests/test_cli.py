@@ -13,16 +13,16 @@ import pytest
 import torch
 import yaml
 
-from reproductions.artifacts import read_pending
-from reproductions.cli import main as cli_main
-from reproductions.rundir import experiment_name
-from reproductions.errors import RunFailed, UsageError
-from reproductions.tracking import base_url, key_source, wandb_mode, wandb_offline
-from reproductions.results import RESULTS_FILE, read_results
+from reproductions.run.artifacts import read_pending
+from reproductions.run.cli import main as cli_main
+from reproductions.run.rundir import experiment_name
+from reproductions.run.errors import RunFailed, UsageError
+from reproductions.run.tracking import base_url, key_source, wandb_mode, wandb_offline
+from reproductions.run.results import RESULTS_FILE, read_results
+from tests.cli_helpers import DIGITS, SMALL
 from tests.helpers import wandb_artifacts, wandb_records, wandb_summary
 
 REPO = Path(__file__).resolve().parents[1]
-DIGITS = "reproductions/vit/configs/digits.yaml"
 CONFIGS = sorted(str(p.relative_to(REPO)) for p in (REPO / "reproductions").glob("**/configs/*.yaml"))
 LOCAL_SOURCES = {"digits", "fashion_mnist", "synthetic"}
 # CTR data sets that only a manual download provides; their readers and configs are exercised
@@ -30,12 +30,6 @@ LOCAL_SOURCES = {"digits", "fashion_mnist", "synthetic"}
 # and the BST tests)
 DOWNLOAD_ONLY = {"movielens_1m", "taobao_user_behavior", "amazon_electronics"}
 # a few seconds per run: a 1-block ViT, a handful of batches
-SMALL = [
-    "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
-    "--model.net.init_args.depth", "1", "--model.net.init_args.embed_dim", "32",
-    "--model.net.init_args.num_heads", "2",
-    "--trainer.limit_train_batches", "6", "--trainer.limit_val_batches", "3", "--trainer.limit_test_batches", "3",
-]
 
 
 def fit(root: Path, *extra: str, config: str = DIGITS):
@@ -147,11 +141,11 @@ def test_fit_writes_a_complete_run_directory(tmp_path):
 
 
 def test_results_record_the_commit_the_run_started_with(tmp_path, monkeypatch):
-    import reproductions.cli as cli
-    import reproductions.results as results
+    import reproductions.run.finish as finish
+    import reproductions.run.results as results
 
     states = iter([{"commit": "a" * 40, "dirty": False}])  # at the start; then the checkout moves
-    monkeypatch.setattr(cli, "git_state", lambda: next(states))
+    monkeypatch.setattr(finish, "git_state", lambda: next(states))
     monkeypatch.setattr(results, "git_state", lambda: {"commit": "b" * 40, "dirty": True})
     fit(tmp_path, "--trainer.max_epochs", "1")
     assert load(tmp_path)["git"] == {"commit": "a" * 40, "dirty": False,

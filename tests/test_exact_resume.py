@@ -22,12 +22,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.test_faults import DIGITS, NET, csv_rows, no_traceback, repro
+from tests.cli_helpers import DIGITS, NET, QUIET as NO_BARS, csv_rows, no_traceback, repro
 
 BST = "reproductions/bst/configs/bst.yaml"
 RUN = {DIGITS: Path("vit") / "digits" / "default" / "seed0", BST: Path("bst") / "bst" / "default" / "seed0"}
-QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
-         "--trainer.accelerator", "cpu", "--trainer.log_every_n_steps", "1"]
+QUIET = [*NO_BARS, "--trainer.accelerator", "cpu", "--trainer.log_every_n_steps", "1"]
 #: a 1-block ViT of width 32 on digits, 6 steps an epoch of the global batch 64, 3 epochs; the random
 #: draws on (dropout, stochastic depth, random crop and flip)
 VIT = [*QUIET, f"{NET}depth", "1", f"{NET}embed_dim", "32", f"{NET}num_heads", "2", f"{NET}dropout", "0.1",

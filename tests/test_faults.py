@@ -20,18 +20,14 @@ Set ``REPRO_FAULTS_LOG=<file>`` to append each case's (exit status, seconds, las
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import os
 import resource
 import shlex
-import shutil
 import signal
 import stat
 import subprocess
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -39,124 +35,14 @@ import torch
 
 # Imported here, at collection: Lightning's log handlers bind to the stderr of the moment they are
 # made, and one made inside a test's capture would write to a closed stream in the next test.
-import reproductions.cli  # noqa: F401
-from tests.cli_helpers import cli_env, run_repro
+import reproductions.run.cli  # noqa: F401
+from tests.cli_helpers import (  # noqa: F401 - finished: the module fixture
+    DIGITS, NET, REPO, RUN, TINY, copy_run, csv_rows, finish, finished, no_traceback, repro, repro_here,
+    start, tree, usage_error, wait_for,
+)
 
-REPO = Path(__file__).resolve().parents[1]
-DIGITS = "reproductions/vit/configs/digits.yaml"
 BST = "reproductions/bst/configs/bst.yaml"
 RESNET = "reproductions/vit/configs/resnet_fashion_mnist.yaml"
-NET = "--model.init_args.net.init_args."
-TINY = [
-    "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
-    f"{NET}depth", "1", f"{NET}embed_dim", "32", f"{NET}num_heads", "2",
-    "--trainer.limit_train_batches", "3", "--trainer.limit_val_batches", "2", "--trainer.limit_test_batches", "2",
-]
-RUN = Path("vit") / "digits" / "default" / "seed0"
-
-
-@dataclass
-class Result:
-    returncode: int
-    output: str
-    seconds: float
-
-    @property
-    def lines(self) -> list[str]:
-        return [line for line in self.output.splitlines() if line.strip()]
-
-    @property
-    def last(self) -> str:
-        return self.lines[-1] if self.lines else ""
-
-
-
-def _log(case: str, result: Result) -> None:
-    path = os.environ.get("REPRO_FAULTS_LOG")
-    if path:
-        with open(path, "a") as f:
-            f.write(json.dumps({"case": case, "returncode": result.returncode, "seconds": round(result.seconds, 1),
-                                "last": result.last}) + "\n")
-
-
-def repro(*args: str, case: str = "", timeout: float = 600, preexec_fn=None, env: dict | None = None) -> Result:
-    start = time.monotonic()
-    proc = run_repro(*args, env=env, timeout=timeout, merge=True, preexec_fn=preexec_fn)
-    result = Result(proc.returncode, proc.stdout, time.monotonic() - start)
-    _log(case or " ".join(args[:2]), result)
-    return result
-
-
-def repro_here(*args: str, case: str, capfd, monkeypatch, **env: str) -> Result:
-    """The same entry point, ``reproductions.__main__.main(argv)``, in this process (from the
-    repository root, with ``env`` set): for errors found before any data is loaded or any process
-    started, a subprocess adds only the ~10 s import of torch and Lightning. The real command line
-    in a subprocess is exercised by the ``repro`` cases (the DDP batch, ``--debug``, the runs)."""
-    from reproductions.__main__ import main
-
-    monkeypatch.chdir(REPO)
-    monkeypatch.delenv("REPRO_DEBUG", raising=False)
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    capfd.readouterr()
-    start = time.monotonic()
-    code = main(list(args))
-    out, err = capfd.readouterr()
-    result = Result(code, out + err, time.monotonic() - start)
-    _log(case, result)
-    return result
-
-
-def start(*args: str, log: Path) -> tuple[subprocess.Popen, float]:
-    f = open(log, "w")
-    proc = subprocess.Popen([sys.executable, "-m", "reproductions", *args], cwd=REPO, env=cli_env(),
-                            stdout=f, stderr=subprocess.STDOUT, text=True)
-    f.close()
-    return proc, time.monotonic()
-
-
-def finish(proc: subprocess.Popen, log: Path, started: float, case: str, timeout: float = 300) -> Result:
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        raise
-    result = Result(proc.returncode, log.read_text(), time.monotonic() - started)
-    _log(case, result)
-    return result
-
-
-def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert proc.poll() is None, f"the run ended before {path} appeared"
-        assert time.monotonic() < deadline, f"{path} did not appear"
-        time.sleep(0.1)
-
-
-def tree(root: Path) -> dict[str, str]:
-    """Every file under ``root`` with its SHA-256 (what 'byte-identical' compares)."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
-
-
-def no_traceback(result: Result) -> None:
-    assert "Traceback" not in result.output, result.output[-3000:]
-
-
-def usage_error(result: Result, *needles: str) -> None:
-    assert result.returncode == 2, result.output[-3000:]
-    assert result.last.startswith("error: "), result.output[-3000:]
-    for needle in needles:
-        assert needle in result.last, result.last
-    assert len(result.last) < 700
-    no_traceback(result)
-
-
-def csv_rows(path: Path) -> list[dict[str, str]]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
 
 
 class Evil:
@@ -167,25 +53,6 @@ class Evil:
 
     def __reduce__(self):
         return (os.system, (f"touch {self.marker}",))
-
-
-# --------------------------------------------------------------------------- fixtures
-
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory) -> Path:
-    """A finished tiny run (2 epochs); tests copy it before changing anything."""
-    root = tmp_path_factory.mktemp("finished")
-    result = repro("fit", "--config", DIGITS, "--run.root", str(root), *TINY, "--trainer.max_epochs", "2",
-                   case="finished run (fixture)")
-    assert result.returncode == 0, result.output[-3000:]
-    return root
-
-
-def copy_run(finished: Path, tmp_path: Path) -> tuple[Path, Path]:
-    root = tmp_path / "runs"
-    shutil.copytree(finished, root)
-    return root, root / RUN
 
 
 # --------------------------------------------------------------------------- 1. one line per user error
@@ -511,7 +378,7 @@ def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
 def test_read_holder_of_a_lock_none_unreadable_or_written_while_it_waits(tmp_path):
     import threading
 
-    from reproductions.rundir import read_holder
+    from reproductions.run.rundir import read_holder
 
     assert read_holder(tmp_path) is None  # no lock
     lock = tmp_path / "run.lock"
@@ -610,7 +477,7 @@ def test_under_slurm_the_trainer_requeues_itself(monkeypatch, tmp_path):
     from lightning.fabric.plugins.environments import SLURMEnvironment
 
     from lightning_modules.checkpoint_io import AtomicCheckpointIO
-    from reproductions.cli import ReproductionCLI
+    from reproductions.run.cli import ReproductionCLI
 
     for key, value in {"SLURM_NTASKS": "1", "SLURM_JOB_NAME": "sweep", "SLURM_JOB_ID": "4242", "SLURM_PROCID": "0",
                        "SLURM_LOCALID": "0", "SLURM_NODEID": "0", "SLURM_NODELIST": "node1",

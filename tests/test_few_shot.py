@@ -196,7 +196,7 @@ def test_callback_validates_its_arguments():
 def test_callback_logs_fewshot_keys_in_a_tiny_fit_without_changing_training(tmp_path):
     """Through the CLI on digits: val/fewshot_<k> in the run's metrics every epoch it is due;
     the training losses are those of the same run without the callback (no RNG is consumed)."""
-    from reproductions.cli import main as cli_main
+    from reproductions.run.cli import main as cli_main
 
     small = ["--config", "reproductions/vit/configs/digits.yaml", "--trainer.max_epochs", "2",
              "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
@@ -228,8 +228,8 @@ def test_callback_logs_fewshot_keys_in_a_tiny_fit_without_changing_training(tmp_
 def test_callback_at_test_only_puts_test_fewshot_in_results(tmp_path):
     """every_n_epochs=None: nothing during fit; the test after fit (best checkpoint) logs
     test/fewshot_<k> on the test split, and results.json holds it beside test/acc."""
-    from reproductions.cli import main as cli_main
-    from reproductions.results import read_results
+    from reproductions.run.cli import main as cli_main
+    from reproductions.run.results import read_results
 
     cli_main(["fit", "--config", "reproductions/vit/configs/digits.yaml", "--trainer.max_epochs", "1",
               "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",

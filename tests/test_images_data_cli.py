@@ -1,4 +1,4 @@
-"""``python -m reproductions data prepare|info`` (``reproductions/data.py``) on tiny folders, offline."""
+"""``python -m reproductions data prepare|info`` (``reproductions/commands/data.py``) on tiny folders, offline."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from reproductions.__main__ import main
-from tests.images_helpers import isolated  # noqa: F401
-from tests.test_images_prepared import write_jpeg_folder
+from tests.images_helpers import isolated, write_jpeg_folder  # noqa: F401
 from tests.cli_helpers import cli_env
 
 

@@ -4,7 +4,6 @@ folder, undecodable files, gated hub datasets."""
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import time
@@ -14,7 +13,6 @@ import datasets
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 import datamodules.images.prepared as prepared_mod
 import datamodules.images.shard_pool as shard_pool
@@ -24,28 +22,7 @@ from datamodules.images.cache import cache_root
 from datamodules.images.decode import decode_pil
 from datamodules.images.listing import walk
 from datamodules.images.prepared import open_folder, prepared_root
-from tests.images_helpers import cache, hub_like, isolated, make  # noqa: F401
-
-
-def jpeg_bytes(rng: np.random.Generator, size=(12, 16), quality: int = 90) -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(rng.integers(0, 256, (*size, 3), dtype=np.uint8)).save(buffer, format="JPEG", quality=quality)
-    return buffer.getvalue()
-
-
-def write_jpeg_folder(root: Path, splits=("train", "val"), classes=("n01", "n02"), per_class: int = 5,
-                      size=(12, 16), seed: int = 0) -> dict[str, int]:  # fmt: skip
-    """ImageNet-layout JPEGs: root/<split>/<class>/<i>.JPEG; returns {relative path: class index}."""
-    rng = np.random.default_rng(seed)
-    written = {}
-    for split in splits:
-        for k, name in enumerate(classes):
-            (root / split / name).mkdir(parents=True, exist_ok=True)
-            for i in range(per_class):
-                rel = f"{split}/{name}/{i}.JPEG"
-                (root / rel).write_bytes(jpeg_bytes(rng, size))
-                written[rel] = k
-    return written
+from tests.images_helpers import cache, hub_like, isolated, jpeg_bytes, make, write_jpeg_folder  # noqa: F401
 
 
 def prepared_dirs(cache: str) -> list[Path]:

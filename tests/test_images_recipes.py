@@ -13,13 +13,13 @@ import pytest
 import yaml
 from PIL import Image
 
-from reproductions.cli import main as cli_main
-from reproductions.results import RESULTS_FILE
+from reproductions.run.cli import main as cli_main
+from reproductions.run.results import RESULTS_FILE
+from tests.cli_helpers import QUIET
 from tests.images_helpers import isolated  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGENET_CONFIGS = ["imagenet_vit_s16.yaml", "imagenet_vit_b16.yaml", "imagenet_hybrid_r50_b16.yaml"]
-QUIET = ["--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false"]
 
 
 def tiny_folder(root: Path, splits: tuple[str, str], size: tuple[int, int], per_class: int = 3) -> Path:
@@ -75,7 +75,7 @@ def test_the_cpu_32px_recipe_fast_dev_runs_on_a_tiny_32px_folder(tmp_path):
 @pytest.mark.parametrize("sweep", ["vit/position", "vit/patch_size", "vit/pooling"])
 def test_the_imagenet_profiles_build_through_the_cli(sweep, tmp_path):
     """The first run of each sweep's imagenet profile parses and instantiates (no training, no data read)."""
-    from reproductions.cli import ReproductionCLI
+    from reproductions.run.cli import ReproductionCLI
     from reproductions.sweeping.plan import make_plan
 
     class BuildOnly(ReproductionCLI):

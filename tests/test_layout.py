@@ -7,7 +7,10 @@ import subprocess
 
 import pytest
 
-from tests.import_graph import REPO, cycles, graph, layer_violations, private_imports
+import ast
+from collections import defaultdict
+
+from tests.import_graph import PACKAGES, REPO, cycles, graph, layer_violations, loose_modules, private_imports, repo_modules
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +20,7 @@ def import_graph():
 
 def test_graph_sees_the_repository(import_graph):
     # a guard for the checks below: the parser finds the modules and their imports
-    assert "reproductions.cli" in import_graph and "models.vit" in import_graph
+    assert "reproductions.run.cli" in import_graph and "models.vit" in import_graph
     assert "models.position" in import_graph["models.vit"]
 
 
@@ -31,6 +34,40 @@ def test_cycle_detection_finds_a_cycle():
 
 def test_layers_import_one_way(import_graph):
     assert layer_violations(import_graph) == []
+
+
+def test_rooms_of_reproductions_import_one_way():
+    # the check sees a room importing upwards (the run importing the sweep engine) and across (two peers)
+    assert layer_violations({"reproductions.run.cli": {"reproductions.sweeping.plan": []}}) == [
+        "reproductions.run.cli imports reproductions.sweeping.plan: reproductions.run may import only no other room"]
+    assert layer_violations({"reproductions.benchmarks.vit": {"reproductions.sweeping.plan": []}})
+    assert layer_violations({"reproductions.commands.sweep": {"reproductions.sweeping.plan": [],
+                                                              "reproductions.run.errors": []}}) == []  # fmt: skip
+
+
+def test_reproductions_is_rooms_and_paper_folders():
+    # every module lies in a room (run, commands, sweeping, benchmarks) or is the entry point; the paper
+    # folders (vit, bst) hold configs, sweeps, Markdown, figures and the demo checkpoint, no Python
+    assert loose_modules() == []
+    assert sorted(p.name for p in (REPO / "reproductions").glob("*.py")) == ["__init__.py", "__main__.py"]
+    for paper in ("vit", "bst"):
+        assert list((REPO / "reproductions" / paper).rglob("*.py")) == [], paper
+
+
+def test_one_name_per_thing():
+    # no two modules of reproductions share a stem, none has the stem of a package, and no class
+    # name is defined twice in the project's code
+    stems, classes = defaultdict(list), defaultdict(list)
+    packages = {p.parent.name for p in (REPO / "reproductions").rglob("__init__.py")}
+    for name, path in repo_modules().items():
+        if name.startswith("reproductions.") and path.stem not in ("__init__", "__main__"):
+            stems[path.stem].append(name)
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                classes[node.name].append(name)
+    assert {s: m for s, m in stems.items() if len(m) > 1 or s in packages} == {}
+    assert {c: m for c, m in classes.items() if len(m) > 1} == {}
+    assert set(PACKAGES) <= {n.split(".")[0] for n in repo_modules()}
 
 
 def test_no_private_names_imported_across_modules(import_graph):

@@ -1,4 +1,4 @@
-"""Quiet runs (reproductions/quiet.py): the Lightning warnings silenced are few, exact and anchored; other
+"""Quiet runs (reproductions/run/quiet.py): the Lightning warnings silenced are few, exact and anchored; other
 warnings still show; ``--debug`` shows everything; a fit and a test on its checkpoint print no warning line."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from reproductions import quiet
+from reproductions.run import quiet
 from tests.cli_helpers import run_repro
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from reproductions.claims import main as claims_main
-from reproductions.registry import main as registry_main
-from reproductions.results import RESULTS_FILE, atomic_write_json, read_results
+from reproductions.commands.claims import main as claims_main
+from reproductions.commands.registry import main as registry_main
+from reproductions.run.results import RESULTS_FILE, atomic_write_json, read_results
 from reproductions.sweeping.plan import make_plan
 from reproductions.sweeping.records import (
     REGISTRY_DIR,
@@ -29,7 +29,7 @@ from reproductions.sweeping.records import (
     record_path,
     stale_records,
 )
-from reproductions.sweeping.report import render
+from reproductions.sweeping.sweep_report import render
 from tests.report_helpers import result
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,7 +74,7 @@ def patch4_cpu():
 def test_a_real_run_whose_config_differs_is_refused_then_recorded_with_its_overrides(tmp_path, capsys):
     """A fit of vit/patch_size's cpu profile made shorter by extra overrides: refused by default
     (naming the keys), recorded with --allow-changed, its numbers, curve and overrides kept."""
-    from reproductions.cli import main as cli_main
+    from reproductions.run.cli import main as cli_main
 
     plan = make_plan("vit/patch_size", "cpu", seeds=1, root=tmp_path / "runs")
     run = next(r for r in plan.runs if r.variant.name == "patch_size=4")
@@ -254,7 +254,7 @@ def test_the_readme_tables_are_the_registrys(capsys):
 def test_the_records_as_wandb_reference_runs_offline(tmp_path, monkeypatch):
     """``repro registry wandb``: each record a run of job type reference in its sweep's group,
     its curve as history at its steps, its results as the summary, a fixed id; sync finds it."""
-    from reproductions.sync import find_offline_runs
+    from reproductions.commands.sync import find_offline_runs
     from tests.helpers import wandb_records, wandb_summary
 
     monkeypatch.setenv("WANDB_MODE", "offline")

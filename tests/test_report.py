@@ -1,4 +1,4 @@
-"""Reports (reproductions/sweeping/report.py, reproductions/report.py) on hand-made results.json
+"""Reports (reproductions/sweeping/sweep_report.py, reproductions/commands/report.py) on hand-made results.json
 files: the table beside the paper, missing and failed runs listed, the claim checks and figures
 per plot kind, W&B."""
 
@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from reproductions.report import main as report_main
-from reproductions.results import RESULTS_FILE, atomic_write_json
+from reproductions.commands.report import main as report_main
+from reproductions.run.results import RESULTS_FILE, atomic_write_json
 from utils.process import process_start
 from reproductions.sweeping.plan import make_plan
 from reproductions.sweeping.collect import collect
-from reproductions.sweeping.report import REPORT_FILE, write_report
+from reproductions.sweeping.sweep_report import REPORT_FILE, write_report
 from reproductions.sweeping.spec import SweepError
 from reproductions.sweeping.tables import table
 from tests.report_helpers import PNG, REPO, bst_result, position_sweep, put, result, write_report_sweep
@@ -249,7 +249,7 @@ def test_wandb_report_logs_the_table_and_the_figure_offline_in_the_sweeps_group(
     """``report --wandb`` offline: one ``report`` run in the experiment's group whose history holds
     the figure (the PNG), read back from the run's files, and whose table (its rows are the
     report's) waits beside it for repro sync."""
-    from reproductions.artifacts import read_pending, read_table
+    from reproductions.run.artifacts import read_pending, read_table
     from tests.helpers import history_values
 
     import wandb

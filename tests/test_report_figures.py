@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from reproductions.results import RESULTS_FILE, atomic_write_json
+from reproductions.run.results import RESULTS_FILE, atomic_write_json
 from reproductions.sweeping.collect import collect
 from reproductions.sweeping.figures import PLOTS, PLOTTERS, figure, pyplot
 from reproductions.sweeping.plan import make_plan

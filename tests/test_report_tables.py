@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from reproductions.results import RESULTS_FILE, atomic_write_json
+from reproductions.run.results import RESULTS_FILE, atomic_write_json
 from reproductions.sweeping.collect import collect, mean_std
 from reproductions.sweeping.plan import make_plan
 from reproductions.sweeping.tables import fmt_si, relaimpr, table

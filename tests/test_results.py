@@ -1,10 +1,10 @@
-"""reproductions.results: a run directory's state, with a corrupt results.json named as corrupt."""
+"""reproductions.run.results: a run directory's state, with a corrupt results.json named as corrupt."""
 
 from __future__ import annotations
 
 import json
 
-from reproductions.results import RESULTS_FILE, main, read_results, results_state
+from reproductions.run.results import RESULTS_FILE, main, read_results, results_state
 
 
 def test_states_of_a_run_directory(tmp_path, capsys):
@@ -26,7 +26,7 @@ def test_states_of_a_run_directory(tmp_path, capsys):
 def test_metric_value_reads_test_metrics_and_dotted_paths():
     """A sweep metric: ``stage/name`` from the test metrics; a dotted path anywhere else, also one
     whose last part is a metric name with a ``/`` (``final.val/acc``, the last validation value)."""
-    from reproductions.results import metric_value
+    from reproductions.run.results import metric_value
 
     res = {"test": {"test/acc": 0.8}, "final": {"val/acc": 0.91, "train/loss": 0.3}, "best": {"score": 0.92}}
     assert metric_value(res, "test/acc") == 0.8
@@ -40,7 +40,7 @@ def test_cpu_flags_and_name_read_one_cpuinfo():
     """cpu_flags answers for every flag asked (False for one no CPU has); cpu_name names the CPU."""
     from pathlib import Path
 
-    from reproductions.results import cpu_flags, cpu_name
+    from reproductions.run.results import cpu_flags, cpu_name
 
     from tests.helpers import cpu_flags_listed
 

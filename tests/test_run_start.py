@@ -3,7 +3,7 @@
 - a multi-node run that nothing launches is refused at once (no hang); one whose other nodes never
   come fails after ``--run.rendezvous_timeout``; SIGTERM/SIGINT stop the wait; no lock is left;
 - a resume, ``test`` or ``validate`` whose config gives the model differently from the checkpoint
-  is refused, naming each key and both values (reproductions/model_check.py, unit-tested too);
+  is refused, naming each key and both values (reproductions/run/model_check.py, unit-tested too);
 - ``samples_seen`` and the training FLOPs count the samples seen (a partial batch as its size);
 - Lightning's "previous log files will be deleted" warning only when a metrics.csv is replaced.
 """
@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from reproductions.model_check import model_differences, refusal, runtime_settings
-from tests.cli_helpers import cli_env
-from tests.test_faults import DIGITS, NET, REPO, RUN, TINY, copy_run, finished, repro, repro_here, usage_error  # noqa: F401
+from reproductions.run.model_check import model_differences, refusal, runtime_settings
+from tests.cli_helpers import (  # noqa: F401 - finished: the module fixture
+    DIGITS, NET, REPO, RUN, TINY, cli_env, copy_run, finished, repro, repro_here, usage_error,
+)
 
 RESNET = "reproductions/vit/configs/resnet_fashion_mnist.yaml"
 TWO_NODES = ["--trainer.accelerator", "cpu", "--trainer.num_nodes", "2", "--trainer.strategy", "ddp"]

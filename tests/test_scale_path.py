@@ -54,7 +54,7 @@ tiny_vit = functools.partial(tiny_gray_vit, in_chans=3)
 def build_only(args: list[str]):
     """ReproductionCLI up to the instantiated classes (the Trainer's own config, not a Trainer:
     Lightning's FSDP refuses a CPU-only machine at Trainer construction)."""
-    from reproductions.cli import ReproductionCLI
+    from reproductions.run.cli import ReproductionCLI
 
     class BuildOnly(ReproductionCLI):
         def instantiate_trainer(self, **kwargs):
@@ -258,7 +258,7 @@ def test_ctr_module_optimiser_gets_the_scaled_lr():
 
 
 def test_a_run_records_its_effective_lr_in_hparams_and_results(tmp_path):
-    from reproductions.cli import main as cli_main
+    from reproductions.run.cli import main as cli_main
 
     root = tmp_path / "runs"
     with contextlib.redirect_stdout(io.StringIO()):
@@ -315,7 +315,7 @@ def test_fsdp_overlay_prints_a_complete_config():
 
 
 def test_overlays_do_not_name_the_experiment():
-    from reproductions.cli import experiment_name
+    from reproductions.run.cli import experiment_name
 
     assert experiment_name([REPO / CIFAR, REPO / FSDP]) == "vit/cifar10"
     assert experiment_name([REPO / FSDP, REPO / CIFAR]) == "vit/cifar10"
@@ -401,7 +401,7 @@ def test_gpu_profile_builds_with_compile_through_the_cli(tmp_path):
 
 
 def test_slurm_dry_run_writes_srun_and_torchrun_writes_the_distributed_launcher(tmp_path):
-    from reproductions.sweep import main as sweep_main
+    from reproductions.commands.sweep import main as sweep_main
 
     out = io.StringIO()
     assert sweep_main(["vit/position", "--profile", "gpu", "--launcher", "slurm", "--devices", "4", "--dry-run",

@@ -1,4 +1,4 @@
-"""The sweep command (reproductions/sweep.py): options, skip/continue/failure listing, parallel
+"""The sweep command (reproductions/commands/sweep.py): options, skip/continue/failure listing, parallel
 jobs, and real sweeps at the smoke profile (in-process and as subprocesses)."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import pytest
 import yaml
 
 from reproductions.__main__ import main as repro_main
-from reproductions.errors import UsageError
-from reproductions.report import main as report_main
-from reproductions.results import RESULTS_FILE, atomic_write_json, read_results
-from reproductions.sweep import main as sweep_main
+from reproductions.run.errors import UsageError
+from reproductions.commands.report import main as report_main
+from reproductions.run.results import RESULTS_FILE, atomic_write_json, read_results
+from reproductions.commands.sweep import main as sweep_main
 from reproductions.sweeping.plan import make_plan
 from reproductions.sweeping.spec import SweepError
 from tests.helpers import inprocess_runner

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from reproductions.results import RESULTS_FILE, atomic_write_json
-from reproductions.sweep import main as sweep_main
+from reproductions.run.results import RESULTS_FILE, atomic_write_json
+from reproductions.commands.sweep import main as sweep_main
 from reproductions.sweeping.launch import (
     estimate_remaining,
     format_duration,
@@ -135,7 +135,7 @@ def test_runs_start_in_the_repository_root_from_any_directory(tmp_path, monkeypa
 
 _HOLD = """
 import sys, time
-from reproductions.rundir import RunDirLock
+from reproductions.run.rundir import RunDirLock
 lock = RunDirLock(sys.argv[1], "repro sweep (the other one)", for_children=True)
 lock.acquire()
 print("held", flush=True)
@@ -176,11 +176,11 @@ def test_a_run_another_process_holds_is_left_alone_and_reported_as_held(tmp_path
 def test_the_run_a_sweep_starts_continues_under_the_sweeps_lock(tmp_path):
     """The launcher holds the lock for the run it starts: a process below it inherits the lock, one
     elsewhere is refused."""
-    from reproductions.rundir import RunDirLock
+    from reproductions.run.rundir import RunDirLock
 
     outer = RunDirLock(tmp_path, "sweep", for_children=True)
     outer.acquire()
-    child = subprocess.run([sys.executable, "-c", "import sys; from reproductions.rundir import RunDirLock; "
+    child = subprocess.run([sys.executable, "-c", "import sys; from reproductions.run.rundir import RunDirLock; "
                             "l = RunDirLock(sys.argv[1]); l.acquire(); print(l.inherited, l.held)", str(tmp_path)],
                            cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert child.stdout.split() == ["True", "False"], child.stderr[-2000:]
@@ -188,7 +188,7 @@ def test_the_run_a_sweep_starts_continues_under_the_sweeps_lock(tmp_path):
     outer.release()
     plain = RunDirLock(tmp_path / "b", "a run")
     plain.acquire()
-    other = subprocess.run([sys.executable, "-c", "import sys; from reproductions.rundir import RunDirLock; "
+    other = subprocess.run([sys.executable, "-c", "import sys; from reproductions.run.rundir import RunDirLock; "
                             "RunDirLock(sys.argv[1]).acquire()", str(tmp_path / "b")],
                            cwd=REPO, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert other.returncode != 0 and "RunDirBusy" in other.stderr  # without for_children: refused as before
@@ -199,8 +199,8 @@ def test_one_report_at_a_time_per_sweep_and_profile(tmp_path):
     """A second `repro report` of the same sweep and profile while one is writing: refused in one line naming the
     holder (two at once would log one W&B report run into two offline folders at the same step); another
     profile's report is not held up."""
-    from reproductions.report import main as report_main
-    from reproductions.rundir import ReportLock, RunDirBusy
+    from reproductions.commands.report import main as report_main
+    from reproductions.run.rundir import ReportLock, RunDirBusy
 
     plan = make_plan(load_sweep("vit/patch_size"), "smoke", root=tmp_path / "runs")
     plan.experiment_dir.mkdir(parents=True)

@@ -9,8 +9,8 @@ import json
 import pytest
 import yaml
 
-from reproductions.results import RESULTS_FILE, hardware, read_results
-from reproductions.sweep import main as sweep_main
+from reproductions.run.results import RESULTS_FILE, hardware, read_results
+from reproductions.commands.sweep import main as sweep_main
 from reproductions.sweeping.plan import make_plan
 from reproductions.sweeping.reuse import config_key, copy_run, finished_runs, resolve_config, reuse_finished
 from tests.helpers import inprocess_runner
@@ -216,7 +216,7 @@ def test_a_twin_from_other_hardware_trains(tmp_path):
 def test_same_hardware():
     """GPU runs match on the GPU model, CPU runs on the CPU and its instruction set; a missing
     record or field matches nothing."""
-    from reproductions.results import same_hardware
+    from reproductions.run.results import same_hardware
 
     cpu = {"device": "cpu", "cpu": "AMD EPYC (family 25, model 1)", "cpu_capability": "AVX2"}
     assert same_hardware(cpu, dict(cpu))

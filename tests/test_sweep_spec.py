@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from reproductions.report import main as report_main
-from reproductions.sweep import main as sweep_main
+from reproductions.commands.report import main as report_main
+from reproductions.commands.sweep import main as sweep_main
 from reproductions.sweeping.plan import cli_value, make_plan
 from reproductions.sweeping.estimate import resolved_config
 from reproductions.sweeping.spec import SweepError, load_sweep
@@ -103,7 +103,7 @@ def test_every_profile_builds_through_the_cli(sweep, profile, tmp_path):
     """Every run of every profile a user runs (cpu, gpu, the real-data ones) parses and instantiates (model, data, trainer) through
     ReproductionCLI without training: keys, types and the model's own checks (patch divides image,
     valid kind/placement) hold. CIFAR is not downloaded: nothing reads data before fit."""
-    from reproductions.cli import ReproductionCLI
+    from reproductions.run.cli import ReproductionCLI
 
     class BuildOnly(ReproductionCLI):
         def _run_subcommand(self, subcommand):

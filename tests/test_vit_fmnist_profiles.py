@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from reproductions.cli import main as cli_main
-from reproductions.results import read_results
+from reproductions.run.cli import main as cli_main
+from reproductions.run.results import read_results
 from reproductions.sweeping.plan import make_plan
 from reproductions.sweeping.spec import load_sweep
 from tests.images_helpers import isolated, write_fashion  # noqa: F401

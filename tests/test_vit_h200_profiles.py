@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from reproductions.cli import main as cli_main
+from reproductions.run.cli import main as cli_main
 from reproductions.sweeping import estimate
 from reproductions.sweeping.plan import make_plan
 from reproductions.sweeping.spec import SweepError, load_sweep

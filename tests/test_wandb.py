@@ -23,22 +23,16 @@ import pytest
 
 from reproductions.sweeping.plan import make_plan
 from reproductions.sweeping.publish import claims_table, numbers_table
-from reproductions.sweeping.claims import ClaimLine, Comparison
+from reproductions.sweeping.checks import ClaimLine, Comparison
 from reproductions.sweeping.collect import Stat, collect
-from reproductions import sync
-from reproductions.artifacts import PENDING_FILE, keep_pending, read_pending
-from reproductions.sync import find_offline_runs, main as sync_main
-from reproductions.tracking import RUN_ID_FILE, offline_folder, read_run_id
-from tests.cli_helpers import cli_env, run_repro
+from reproductions.commands import sync
+from reproductions.run.artifacts import PENDING_FILE, keep_pending, read_pending
+from reproductions.commands.sync import find_offline_runs, main as sync_main
+from reproductions.run.tracking import RUN_ID_FILE, offline_folder, read_run_id
+from tests.cli_helpers import DIGITS, SMALL, cli_env, run_repro
 from tests.helpers import history_values, wandb_records
 from tests.report_helpers import position_sweep, put
 
-DIGITS = "reproductions/vit/configs/digits.yaml"
-SMALL = [
-    "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
-    "--model.net.init_args.depth", "1", "--model.net.init_args.embed_dim", "32", "--model.net.init_args.num_heads", "2",
-    "--trainer.limit_train_batches", "6", "--trainer.limit_val_batches", "3", "--trainer.limit_test_batches", "3",
-]  # fmt: skip
 
 
 def env_for(tmp_path: Path, **extra: str | None) -> dict:
@@ -431,7 +425,7 @@ def test_sync_logs_a_pending_model_artifact_into_its_uploaded_run_once(tmp_path,
 def test_sync_dry_run_lists_every_run_of_a_smoke_sweep(tmp_path, monkeypatch):
     """A real smoke sweep with ``--wandb`` (its runs through the CLI in this process, offline W&B),
     then ``repro sync --dry-run`` on its directory: every training run and the report run listed."""
-    from reproductions.sweep import main as sweep_main
+    from reproductions.commands.sweep import main as sweep_main
     from tests.helpers import inprocess_runner
 
     for key, value in env_for(tmp_path).items():
@@ -484,7 +478,7 @@ def test_report_run_is_data_and_reporting_again_continues_it(tmp_path, monkeypat
     column per number and the axis values as their own column; the claims table has verdicts."""
     import wandb
 
-    from reproductions.report import main as report_main
+    from reproductions.commands.report import main as report_main
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     sweep = position_sweep(tmp_path)
@@ -550,7 +544,7 @@ def test_pending_tables_are_logged_into_the_resumed_run_from_where_they_lie(tmp_
     """``keep_tables`` of an offline run writes each table as JSON with a relative pending entry; after
     the tree moved, ``upload_pending`` resumes the run online and logs them as ``wandb.Table``s with the
     same columns and rows, then marks the entry uploaded."""
-    from reproductions.artifacts import TABLES, keep_tables, upload_pending
+    from reproductions.run.artifacts import TABLES, keep_tables, upload_pending
 
     old = tmp_path / "old" / "exp"
     old.mkdir(parents=True)

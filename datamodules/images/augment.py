@@ -39,7 +39,7 @@ class CropFlip:
     Why hand-written rather than torchvision's transforms: those take one image per call, and on a
     CPU that per-image loop costs about as much as a small model's training step. One gather for the
     batch measured 12x faster on 28x28 Fashion-MNIST batches (298k against 24k images/s), a few
-    percent of a training step; ``repro bench data`` (``reproductions/benchmarks/data.py``)
+    percent of a training step; ``repro bench data`` (``reproductions/benchmarks/loaders.py``)
     measures both again.
     """
 

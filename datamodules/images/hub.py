@@ -5,7 +5,7 @@
 when none is set, a TCP probe of the endpoint bounded to a few seconds. Offline it loads from the local cache
 only (``offline_mode``) and turns a miss into ``HubDatasetUnavailableError``, which says how to get the data,
 instead of the libraries' minutes of retries (the probe: ``utils.net.connection_problem``). ``offline_mode`` and
-``TRUE_VALUES`` are also used for pretrained weights (``reproductions/analysis_inputs.py``).
+``TRUE_VALUES`` are also used for pretrained weights (``reproductions/commands/analysis_inputs.py``).
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from lightning_modules.model_stats import count_flops, count_parameters
-from reproductions.results import REPO_ROOT, environment
+from reproductions.run.results import REPO_ROOT, environment
 from utils.atomic import atomic_write_json
 
 MIB = 2**20

@@ -34,7 +34,7 @@ from reproductions.benchmarks.common import (
     BenchReport, Table, TrainStep, add_run_args, build_seeded, compare, config_net, cross_entropy, fmt_rate, fmt_ratio,
     image_batches, matmul_rate, median, read_config, run_settings, setup_run,
 )
-from reproductions.results import cpu_flags
+from reproductions.run.results import cpu_flags
 
 NAME = "precision"
 #: the instruction-set flags that decide whether bf16 has native instructions on a CPU

@@ -2,7 +2,7 @@
 checkpoint of this repository, a timm ViT, or the shipped demo checkpoint; ``load_target``,
 ``load_checkpoint_net``, ``load_timm``) and its images (``Images``, ``load_images``), with
 ``AnalyzeError`` for every way an input can be wrong. The analyses themselves and the command
-are ``reproductions.analyze``.
+are ``reproductions.commands.analyze``.
 """
 
 
@@ -24,7 +24,7 @@ DEFAULT_TIMM_SOURCE = "digits"
 DEFAULT_OUT_ROOT = Path("runs") / "analysis"
 DEFAULT_DPI = 120  # of the PNG figures (the notebook draws smaller ones)
 #: the small trained ViT shipped with the repository, and the data it was trained on
-DEMO_CKPT = Path(__file__).resolve().parent / "vit" / "demo" / "fmnist_vit_p4.ckpt"
+DEMO_CKPT = Path(__file__).resolve().parents[1] / "vit" / "demo" / "fmnist_vit_p4.ckpt"
 DEMO_SOURCE = "fashion_mnist"
 
 
@@ -150,7 +150,7 @@ def _is_demo(path: Path) -> bool:
 def _repo_relative(path: Path) -> str:
     """``path`` relative to the repository (the folder above ``reproductions/``) when inside it."""
     try:
-        return str(path.relative_to(Path(__file__).resolve().parents[1]))
+        return str(path.relative_to(Path(__file__).resolve().parents[2]))
     except ValueError:
         return str(path)
 

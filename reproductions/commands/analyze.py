@@ -72,7 +72,7 @@ from analysis.posemb import position_similarity, row_column_contrast
 from analysis.rollout import HEAD_FUSIONS, attention_rollout, rollout_maps, upsample_maps
 from utils.atomic import atomic_write_json
 
-from reproductions.analysis_inputs import (  # noqa: F401 - load_target: the notebook imports it from here
+from reproductions.commands.analysis_inputs import (  # noqa: F401 - load_target: the notebook imports it from here
     COMMANDS, DEFAULT_DPI, DEFAULT_TIMM_SOURCE, AnalyzeError, Images, Target, load_checkpoint_net, load_images,
     load_target, load_timm, net_kind,
 )

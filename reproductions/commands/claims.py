@@ -122,7 +122,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     local = not args.no_local
     try:
         records = read_registry(args.registry)
-        gathered = gather(sweeps, args.root, smoke=args.smoke, registry=args.registry, local=local)
+        gathered = gather(sweeps, args.root, smoke=args.smoke, registry=args.registry, local=local, read=records)
         distances = (distance_groups(args.root if local else None, smoke=args.smoke, records=records)
                      if not args.sweep else None)  # fmt: skip
         if not any(sc.measured for sc in gathered) and not distances:

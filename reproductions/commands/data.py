@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from reproductions.errors import ReproError, UsageError, one_line, yaml_syntax_message
+from reproductions.run.errors import ReproError, UsageError, one_line, yaml_syntax_message
 
 DATA_CLASS = "datamodules.images.ImageDataModule"
 

@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from reproductions.errors import UsageError
-from reproductions.results import hardware_label
+from reproductions.run.errors import UsageError
+from reproductions.run.results import hardware_label
 from reproductions.sweeping.records import REGISTRY_DIR, RecordError, shown_path, add_runs, read_registry, stale_records
 
 

@@ -5,7 +5,7 @@
 
 Writes ``report.md`` (the table beside the paper's values, the claim numbers, every missing or
 failed run) and the figure into the experiment's directory and prints the table; what goes in
-them is described in ``reproductions/sweeping/report.py``. With two or more ``--profile``, one
+them is described in ``reproductions/sweeping/sweep_report.py``. With two or more ``--profile``, one
 table of the profiles side by side beside the paper's values, and every profile's claim marks,
 in ``<root>/<sweep>-<p1>+<p2>/report.md``.
 """
@@ -17,10 +17,10 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from reproductions.rundir import ReportLock
+from reproductions.run.rundir import ReportLock
 from reproductions.sweeping.plan import check_counts, make_plan
 from reproductions.sweeping.records import REGISTRY_DIR, records_of
-from reproductions.sweeping.report import write_comparison, write_report
+from reproductions.sweeping.sweep_report import write_comparison, write_report
 from reproductions.sweeping.spec import DEFAULT_PROFILE, SweepError, profiles_help
 
 

@@ -11,7 +11,7 @@ is in ``reproductions/sweeping/plan.py``, how they run in ``reproductions/sweepi
 A run whose ``results.json`` says finished is skipped, so a sweep that was stopped continues
 where it stopped; a failed run is logged (``<run dir>/stdout.log``), listed at the end and
 makes the exit status 1; the others still run. After the runs the report is written
-(``reproductions/sweeping/report.py``) unless ``--no-report``. With ``--reuse`` a run whose
+(``reproductions/sweeping/sweep_report.py``) unless ``--no-report``. With ``--reuse`` a run whose
 resolved config and seed equal those of a run finished in another experiment under ``--root`` is
 copied from it instead of trained (``reproductions/sweeping/reuse.py``).
 
@@ -20,7 +20,7 @@ The package ``reproductions/sweeping/`` holds the layers, each importing only th
 ``reuse`` (copying finished runs of the same config) <
 ``collect`` (results.json per variant) < ``tables`` (the table, formats, RelaImpr) < ``claims``
 (the claim checks) and ``figures`` (one function per plot kind) < ``report`` (report.md, W&B).
-This module and ``reproductions/report.py`` are the commands on top.
+This module and ``reproductions/commands/report.py`` are the commands on top.
 """
 
 from __future__ import annotations
@@ -33,13 +33,13 @@ import time
 from collections.abc import Sequence
 from typing import TextIO
 
-from reproductions.errors import UsageError
-from reproductions.rundir import ReportLock
+from reproductions.run.errors import UsageError
+from reproductions.run.rundir import ReportLock
 from reproductions.sweeping.launch import execute, format_duration, last_error, slurm_script, subprocess_runner
 from reproductions.sweeping.plan import LAUNCHERS, check_counts, make_plan
 from reproductions.sweeping.publish import log_references
 from reproductions.sweeping.records import SMOKE_PROFILE, records_of
-from reproductions.sweeping.report import write_report
+from reproductions.sweeping.sweep_report import write_report
 from reproductions.sweeping.reuse import reuse_finished
 from reproductions.sweeping.spec import DEFAULT_PROFILE, SweepError, profiles_help
 from utils.atomic import atomic_write_text

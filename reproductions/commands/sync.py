@@ -15,7 +15,7 @@ and hands the rest to W&B's own ``wandb sync`` (one call, every folder named: no
   skipped unless ``--all``.
 - Model artifacts of offline runs (``--run.log_model true``) wait in ``<run dir>/wandb/
   pending_artifacts.json`` with their checkpoints as paths relative to the run directory
-  (``reproductions.artifacts``): after the runs are uploaded, each is logged into its run
+  (``reproductions.run.artifacts``): after the runs are uploaded, each is logged into its run
   (resumed by id) from the files where they lie now, and marked uploaded. ``--dry-run`` lists
   them with their files (size, or missing).
 
@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from reproductions.artifacts import DEFAULT_UPLOAD_TIMEOUT, entry_files, entry_state, find_pending, upload_pending
-from reproductions.errors import RunFailed, UsageError
-from reproductions.tracking import base_url, key_source, offline_folder, read_run_id
+from reproductions.run.artifacts import DEFAULT_UPLOAD_TIMEOUT, entry_files, entry_state, find_pending, upload_pending
+from reproductions.run.errors import RunFailed, UsageError
+from reproductions.run.tracking import base_url, key_source, offline_folder, read_run_id
 from utils.net import connection_problem
 
 

@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from reproductions.errors import RunFailed
-from reproductions.tracking import init_timeout, offline_folder, read_run_id, results_summary, wandb_runs
+from reproductions.run.errors import RunFailed
+from reproductions.run.tracking import init_timeout, offline_folder, read_run_id, results_summary, wandb_runs
 from utils.atomic import atomic_write_json
 
 #: the file that keeps a run directory's model artifacts that are not uploaded yet, under it

@@ -9,7 +9,7 @@
   Lightning's newest ``hpc_ckpt_*.ckpt`` (``resume_point``); a checkpoint of another run starts
   this one from its weights and state without continuing that run's directory;
 - the model it fixes: ``merge_model`` refuses a config that gives the model differently
-  (reproductions/model_check.py) and takes what the config leaves unset from the checkpoint.
+  (reproductions/run/model_check.py) and takes what the config leaves unset from the checkpoint.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pathlib import Path
 
 from lightning_modules.checkpoint_io import CheckpointError, checkpoint_step
 from lightning_modules.checkpoint_io import load_checkpoint as load_user_checkpoint
-from reproductions.errors import RunFailed, UsageError, parser_error
-from reproductions.model_check import model_differences, refusal, runtime_settings
+from reproductions.run.errors import RunFailed, UsageError, parser_error
+from reproductions.run.model_check import model_differences, refusal, runtime_settings
 
 #: values of ``--ckpt_path`` that Lightning resolves itself (or that name this run directory's files)
 KEYWORDS = ("last", "best", "hpc", "registry")

@@ -14,7 +14,7 @@ writes and how it reports:
 ``validate`` and ``test`` write their logs into ``<run dir>/<subcommand>/`` so they never
 overwrite the training logs.
 
-Reliability (what a run guarantees; reproductions/errors.py and reproductions/rundir.py):
+Reliability (what a run guarantees; reproductions/run/errors.py and reproductions/run/rundir.py):
 
 - A bad config or flag fails before any data is loaded, with one ``error:`` line naming the
   value (exit status 2); so does a ``--ckpt_path`` that is missing or not a checkpoint, checked
@@ -27,7 +27,7 @@ Reliability (what a run guarantees; reproductions/errors.py and reproductions/ru
 - A failed or interrupted fit writes results.json with ``status`` ``failed`` / ``interrupted``,
   the error and the step (never ``finished``).
 - SIGTERM / SIGUSR1 save ``checkpoints/last.ckpt`` at the current step (every process stops at
-  the same step; reproductions/signals.py) and exit with the command that resumes; under SLURM
+  the same step; reproductions/run/signals.py) and exit with the command that resumes; under SLURM
   the job requeues itself (SIGUSR1) and resumes from Lightning's
   ``hpc_ckpt_*.ckpt``. Checkpoints are written atomically (``AtomicCheckpointIO``) and read
   with ``weights_only=True``.
@@ -42,30 +42,20 @@ import argparse
 import shlex
 import signal
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 from lightning import LightningDataModule, LightningModule, Trainer
 from lightning.fabric.plugins.environments import SLURMEnvironment
 from lightning.fabric.plugins.io.checkpoint_io import CheckpointIO
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
-from lightning.pytorch.loggers import Logger, WandbLogger
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.loggers import Logger
 
 from analysis.callback import add_attention_analysis
-from lightning_modules.callbacks import (
-    CheckpointOnSignal,
-    ExactResume,
-    NonFiniteLossError,
-    StopOnNonFiniteLoss,
-    TrainingClock,
-)
-from lightning_modules.checkpoint_io import AtomicCheckpointIO, CheckpointWriteError
+from lightning_modules.callbacks import CheckpointOnSignal, ExactResume, StopOnNonFiniteLoss, TrainingClock
+from lightning_modules.checkpoint_io import AtomicCheckpointIO
 from lightning_modules.csv_logger import ResumableCSVLogger
-from reproductions.artifacts import log_checkpoints
-from reproductions.ckpt_paths import (
+from reproductions.run.ckpt_paths import (
     check_max_epochs,
     is_keyword,
     keyword_checkpoint,
@@ -73,13 +63,16 @@ from reproductions.ckpt_paths import (
     read_checkpoint,
     resume_point,
 )
-from reproductions.errors import RunFailed, RunInterrupted, UsageError, config_message, exception_chain, one_line
-from reproductions.errors import config_files, parser_error, yaml_syntax_message
-from reproductions.quiet import silence_lightning_noise
-from reproductions.rendezvous import bound_rendezvous, check_launch, exit_on_signal
-from reproductions.results import RESULTS_FILE, environment, fit_record, git_at_end, git_state, write_results
-from reproductions.run_config import SaveAndLogConfig, count_limits_as_ints
-from reproductions.rundir import (
+from reproductions.run.errors import UsageError, config_message
+from reproductions.run.errors import config_files, parser_error, yaml_syntax_message
+from reproductions.run.quiet import silence_lightning_noise
+from reproductions.run.rendezvous import bound_rendezvous, check_launch, exit_on_signal
+from reproductions.run.failures import RecordsFailures
+from reproductions.run.finish import WritesResults
+from reproductions.run.options import RunOptions
+from reproductions.run.results import RESULTS_FILE
+from reproductions.run.run_config import SaveAndLogConfig, count_limits_as_ints
+from reproductions.run.rundir import (
     RunDirLock,
     check_root,
     experiment_name,
@@ -87,59 +80,8 @@ from reproductions.rundir import (
     is_rank_zero,
     stale_checkpoints,
 )
-from reproductions.signals import StopAtTheSameStep, StopSignals, slurm_requeue
-from reproductions.tracking import (
-    RUN_FILES, log_results, log_status, read_run_id, run_logger, save_with_run, wandb_runs,
-)
-
-
-@dataclass
-class RunOptions:
-    """Where a run writes, how it is named and how it reports.
-
-    Args:
-        root: directory that holds all runs.
-        experiment: experiment name, the first level under ``root``; default: the config
-            file's path under reproductions/ without ``configs/`` and the suffix
-            (``reproductions/vit/configs/digits.yaml`` -> ``vit/digits``).
-        variant: the ablation variant (a sweep sets it, e.g. ``pos_embed=learned_2d``).
-        wandb: also log to Weights & Biases. Runs offline (files under the run directory,
-            ``wandb sync`` later) unless an API key is configured or WANDB_MODE says otherwise.
-        project: W&B project.
-        group: W&B group; default: the experiment name, so a sweep's runs group together.
-        tags: extra W&B tags; the experiment and variant are always added.
-        log_model: at the end of a finished fit, log the last and the best checkpoint to W&B
-            as one model artifact (aliases ``last``, ``best``, the variant and the seed). Offline
-            runs keep it with the run and upload it on ``wandb sync``. Needs ``wandb: true``.
-        test_after_fit: after ``fit``, evaluate on the test split and write results.json.
-        test_ckpt: which weights the test after fit uses: ``final`` (the weights at the end
-            of training) or ``best`` (the checkpoint with the best monitored validation metric).
-        overwrite: let ``fit`` replace a finished run in its run directory (results.json says
-            finished). Without it such a fit refuses; resuming the run's own checkpoint
-            (``--ckpt_path <run dir>/checkpoints/last.ckpt``) needs no overwrite.
-        nonfinite_patience: training steps in a row with a NaN or infinite loss tolerated before
-            the run stops as failed (0: stop at the first).
-        rendezvous_timeout: seconds a multi-process run waits for all its processes to join at the
-            start (DDP, FSDP, several nodes) before it fails naming who is missing.
-        attention_analysis: at the end of a ViT's fit, the mean attention distance per layer and head
-            on 128 validation images, with its figure (and the position-embedding similarity), in
-            ``<run dir>/analysis/``, the logged metrics and W&B (about 1% of a digits fit).
-    """
-
-    root: str = "runs"
-    experiment: str | None = None
-    variant: str = "default"
-    wandb: bool = False
-    project: str = "attention-repro"
-    group: str | None = None
-    tags: list[str] = field(default_factory=list)
-    log_model: bool = False
-    test_after_fit: bool = True
-    test_ckpt: Literal["final", "best"] = "final"
-    overwrite: bool = False
-    nonfinite_patience: int = 0
-    rendezvous_timeout: float = 60.0
-    attention_analysis: bool = True
+from reproductions.run.signals import StopAtTheSameStep, StopSignals, slurm_requeue
+from reproductions.run.tracking import read_run_id, run_logger
 
 
 def _as_list(value) -> list:
@@ -148,7 +90,7 @@ def _as_list(value) -> list:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-class ReproductionCLI(LightningCLI):
+class ReproductionCLI(RecordsFailures, WritesResults, LightningCLI):
     """LightningCLI with run directories, results.json, a W&B switch and the guarantees above."""
 
     def __init__(self, *args, **kwargs) -> None:
@@ -158,7 +100,7 @@ class ReproductionCLI(LightningCLI):
         kwargs.setdefault("subclass_mode_model", True)
         kwargs.setdefault("subclass_mode_data", True)
         kwargs.setdefault("auto_configure_optimizers", False)  # modules bind their own optimiser
-        # errors raise (and reproductions/errors.py prints one line) instead of exiting in jsonargparse
+        # errors raise (and reproductions/run/errors.py prints one line) instead of exiting in jsonargparse
         kwargs["parser_kwargs"] = {"exit_on_error": False, **(kwargs.get("parser_kwargs") or {})}
         given = kwargs.get("args")
         self.cli_args = [str(a) for a in (sys.argv[1:] if given is None else given)] if not isinstance(
@@ -195,7 +137,7 @@ class ReproductionCLI(LightningCLI):
 
     def _parse_ckpt_path(self) -> None:
         """Check ``--ckpt_path`` (exists, is a checkpoint, loads weights-only) before anything is
-        touched; then take the model it fixes (reproductions/ckpt_paths.py)."""
+        touched; then take the model it fixes (reproductions/run/ckpt_paths.py)."""
         subcommand = self.config.get("subcommand")
         if not subcommand:
             return
@@ -415,195 +357,6 @@ class ReproductionCLI(LightningCLI):
                 self.signals.restore()
         finally:
             lock.release()
-
-    def _failed(self, subcommand: str, exc: BaseException) -> BaseException:
-        """What a failed subcommand raises: a signal becomes RunInterrupted with the resume command,
-        a non-finite loss or a failed checkpoint write RunFailed; the rest as is. A fit that had
-        started leaves results.json with status ``failed`` or ``interrupted``."""
-        chain = exception_chain(exc)
-        trainer = getattr(self, "trainer", None)
-        signum = self.signals.received
-        sigterm_exc = any(type(e).__name__ == "SIGTERMException" for e in chain)
-        lightning_ctrl_c = (isinstance(exc, SystemExit) and not sigterm_exc and trainer is not None
-                            and trainer.interrupted)
-        if isinstance(exc, KeyboardInterrupt) or (lightning_ctrl_c and signum is None):
-            signum = signal.SIGINT
-        interrupted = sigterm_exc or isinstance(exc, (RunInterrupted, KeyboardInterrupt)) or lightning_ctrl_c
-        if interrupted:
-            error: BaseException = self._interrupted(subcommand, int(signum or signal.SIGTERM))
-        else:
-            named = next((e for e in chain if isinstance(e, (NonFiniteLossError, CheckpointWriteError))), None)
-            error = RunFailed(str(named)) if named is not None else exc
-        if subcommand == "fit":
-            self._record_failure("interrupted" if interrupted else "failed", error, exc)
-        return error
-
-    def _interrupted(self, subcommand: str, signum: int) -> RunInterrupted:
-        name = signal.Signals(signum).name
-        saved = getattr(getattr(self, "on_signal", None), "saved", None)
-        if subcommand != "fit":
-            return RunInterrupted(f"stopped by {name} during {subcommand}; rerun the same command: {self.command()}",
-                                  signum=signum)
-        last = self.run_dir / "checkpoints" / "last.ckpt"
-        if saved:
-            where = (f"at step {self.on_signal.step} (epoch {self.on_signal.epoch}); saved {saved}")
-            ckpt = saved
-        elif last.is_file():
-            where, ckpt = f"before a checkpoint at this step could be saved; the last one is {last}", str(last)
-        else:
-            return RunInterrupted(f"stopped by {name} before the first checkpoint; rerun the same command to start "
-                                  f"again: {self.command()}", signum=signum)
-        return RunInterrupted(f"stopped by {name} {where}; resume with: {self.command(ckpt)}", signum=signum)
-
-    def _record_failure(self, status: str, error: BaseException, original: BaseException) -> None:
-        """results.json with ``status`` (never ``finished``) for a fit that had started; W&B told too."""
-        trainer = getattr(self, "trainer", None)
-        clock = getattr(self, "clock", None)
-        if trainer is None or clock is None or not clock.started or trainer.fast_dev_run:
-            return
-        if not trainer.is_global_zero:
-            return
-        run = self._run_options()
-        first = one_line(str(error), limit=10_000) or type(error).__name__
-        text = first if isinstance(error, (RunFailed, RunInterrupted)) else f"{type(error).__name__}: {first}"
-        nonfinite = next((e for e in exception_chain(original) if isinstance(e, NonFiniteLossError)), None)
-        record = {
-            "status": status,
-            "error": text,
-            "step": nonfinite.step if nonfinite is not None else trainer.global_step,
-            "epoch": nonfinite.epoch if nonfinite is not None else trainer.current_epoch,
-            "experiment": self.experiment,
-            "variant": run.variant,
-            "seed": self.seed,
-            "run_dir": str(self.run_dir),
-            "training": {"epochs": trainer.current_epoch, "steps": trainer.global_step, **clock.summary()},
-            **self._environment(),
-        }
-        record["ended_at"] = record.pop("finished_at", None)
-        if status == "interrupted":
-            record["checkpoint"] = getattr(self.on_signal, "saved", None)
-        try:
-            write_results(self.run_dir, record)
-        except OSError:
-            pass  # e.g. the disk is full: the error line still says what happened
-        try:
-            log_status(trainer.loggers, status)
-            self._finish_wandb()
-        except Exception:  # noqa: BLE001 - reporting must not hide the run's own error
-            pass
-
-    # ------------------------------------------------------------------ fit -> test -> results
-    def before_fit(self) -> None:
-        self.git_at_start = git_state()  # the code this run trains with, whatever the checkout does meanwhile
-        rank_zero_info(f"run directory: {self.run_dir}")
-
-    def _environment(self) -> dict:
-        start = self.git_at_start
-        trainer = getattr(self, "trainer", None)
-        try:
-            device = trainer.strategy.root_device.type if trainer is not None else None
-        except Exception:  # noqa: BLE001 - a strategy that never set up: the default device
-            device = None
-        return environment(git=None if start is None else git_at_end(start), device=device)
-
-    def _finish_wandb(self) -> None:
-        """Close this run's W&B run (flushes its files; the next run in this process gets its own)."""
-        for logger in self.trainer.loggers:
-            # a run that never started W&B (failed before setup) does not start it now to close it
-            if isinstance(logger, WandbLogger) and self.trainer.is_global_zero and logger._experiment is not None:
-                logger.experiment.finish()
-
-    def _keep_files_with_evaluation(self) -> None:
-        """An evaluation's W&B run gets copies of the run directory's files it evaluated (the fit's
-        config.yaml, results.json, metrics.csv), as a fit's run has them."""
-        if self.trainer.is_global_zero:
-            for run in wandb_runs(self.trainer.loggers):
-                save_with_run(run, self.run_dir, RUN_FILES)
-
-    def after_validate(self) -> None:
-        try:
-            self._keep_files_with_evaluation()
-        finally:
-            self._finish_wandb()
-
-    def after_test(self) -> None:
-        try:
-            self._keep_files_with_evaluation()
-        finally:
-            self._finish_wandb()
-
-    def after_fit(self) -> None:
-        try:
-            self._after_fit()
-        finally:
-            self._finish_wandb()
-
-    def _after_fit(self) -> None:
-        trainer = self.trainer
-        if trainer.interrupted or trainer.state.status.value != "finished":
-            rank_zero_info("fit did not finish: no results.json written")
-            log_status(trainer.loggers, "interrupted" if trainer.interrupted else "failed")
-            return
-        run = self._run_options()
-        if trainer.fast_dev_run:
-            if run.test_after_fit:
-                trainer.test(self.model, datamodule=self.datamodule, verbose=False)
-            rank_zero_info("fast_dev_run: a smoke test, so no results.json is written")
-            return
-        # trainer.test resets callback_metrics: keep the end-of-training values first
-        final_metrics = {
-            k: float(v)
-            for k, v in trainer.callback_metrics.items()
-            if k.startswith(("train/", "val/")) and not k.endswith("samples_per_sec")  # timing is in "training"
-        }
-        # the fit's totals now: a test at the best checkpoint restores the callbacks' state from it
-        # (the training clock's samples, times and throughput of an earlier epoch)
-        fit = fit_record(self.trainer, self.model, self.datamodule, self.clock)
-        test_metrics: dict = {}
-        if run.test_after_fit:
-            self._say_test_padding()
-            ckpt = "best" if run.test_ckpt == "best" else None
-            outputs = trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt, verbose=False)
-            test_metrics = dict(outputs[0]) if outputs else {}
-        if trainer.is_global_zero:
-            results = self.collect_results(test_metrics, final_metrics, fit)
-            write_results(self.run_dir, results)
-            log_results(trainer.loggers, results, self.run_dir)  # the same numbers (and files) into W&B
-            if run.log_model:
-                log_checkpoints(trainer.loggers, self.run_dir / "checkpoints", results, self.run_dir)
-            shown = ", ".join(f"{k} = {v:.4f}" for k, v in sorted(test_metrics.items()))
-            print(f"\n{self.experiment}/{run.variant}/seed{self.seed}: {shown or 'no test run'}")
-            print(f"results: {self.run_dir / RESULTS_FILE}", flush=True)
-
-    def _say_test_padding(self) -> None:
-        """Under DDP, Lightning's distributed sampler pads the test set to a multiple of the processes: say
-        how many images it repeats (and so counts twice in the test metrics), if any."""
-        world = self.trainer.world_size
-        try:
-            n = len(self.datamodule.test_dataset)
-        except (AttributeError, TypeError):
-            return
-        if world > 1 and n % world and self.trainer.is_global_zero:
-            print(f"test on {n} examples over {world} processes: the distributed sampler repeats "
-                  f"{world - n % world} of them (counted twice in the test metrics); a 1-process "
-                  "`repro test --ckpt_path ...` counts each once", file=sys.stderr, flush=True)
-
-    def collect_results(self, test_metrics: dict, final_metrics: dict, fit: dict) -> dict:
-        """results.json of a finished fit; ``fit``: ``fit_record`` taken when training ended."""
-        run = self._run_options()
-        return {
-            "status": "finished",
-            "experiment": self.experiment,
-            "variant": run.variant,
-            "seed": self.seed,
-            "run_dir": str(self.run_dir),
-            "test": {k: float(v) for k, v in test_metrics.items()},
-            "test_ckpt": run.test_ckpt,
-            "final": final_metrics,
-            **fit,
-            **self._environment(),
-        }
-
 
 def main(args: list[str] | None = None) -> ReproductionCLI:
     return ReproductionCLI(args=args)

@@ -33,7 +33,7 @@ from pathlib import Path
 
 DEBUG_FLAG = "--debug"
 DEBUG_ENV = "REPRO_DEBUG"
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 MAX_LINE = 600
 
 

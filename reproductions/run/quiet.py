@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import warnings
 
-from reproductions.errors import debug_enabled
+from reproductions.run.errors import debug_enabled
 
 ALWAYS = (
     # Lightning's own pytree helper on torch >= 2.6 (lightning/pytorch/utilities/_pytree.py): not our code

@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import Callable, Iterator
 
-from reproductions.errors import RunFailed, UsageError
+from reproductions.run.errors import RunFailed, UsageError
 
 #: environment variables by which a launcher (or a user, by hand) places this process in a multi-node job
 NODE_PLACEMENT = ("NODE_RANK", "MASTER_ADDR")

@@ -4,7 +4,7 @@ Written once, at the end of a successful run, atomically (temporary file in the 
 directory, then ``os.replace``), so a reader sees either no file or a complete one. A sweep
 treats a run directory with a ``results.json`` whose ``status`` is ``finished`` as done. A fit
 that failed or was interrupted after training started writes ``status`` ``failed`` or
-``interrupted`` with the error and the step instead (reproductions/cli.py); ``read_results``
+``interrupted`` with the error and the step instead (reproductions/run/cli.py); ``read_results``
 returns None for those.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 from utils.atomic import atomic_write_json
 
 RESULTS_FILE = "results.json"
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 _VERSIONED = ("torch", "lightning", "timm", "torchmetrics", "datasets", "wandb", "jsonargparse", "numpy")
 
 
@@ -247,12 +247,12 @@ def read_results(run_dir: str | os.PathLike) -> dict[str, Any] | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m reproductions.results <run dir>``: print the run's state; exit 0 if it
+    """``python -m reproductions.run.results <run dir>``: print the run's state; exit 0 if it
     finished, 1 if not (missing, failed, interrupted), 2 if its results.json is corrupt. The
     SLURM array script uses it to skip finished runs."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m reproductions.results <run dir>", file=sys.stderr)
+        print("usage: python -m reproductions.run.results <run dir>", file=sys.stderr)
         return 2
     state, _ = results_state(args[0])
     if state == "corrupt":

@@ -15,7 +15,7 @@ from lightning import LightningModule, Trainer
 from lightning.pytorch.cli import SaveConfigCallback
 from lightning.pytorch.loggers import WandbLogger
 
-from reproductions.tracking import run_facts
+from reproductions.run.tracking import run_facts
 from utils.atomic import atomic_write_text
 
 

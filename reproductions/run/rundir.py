@@ -31,10 +31,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from reproductions.errors import RunFailed, UsageError
+from reproductions.run.errors import RunFailed, UsageError
 from utils.process import process_alive, process_start
 
-REPRODUCTIONS_DIR = Path(__file__).resolve().parent  # reproductions/
+REPRODUCTIONS_DIR = Path(__file__).resolve().parents[1]  # reproductions/
 #: folders whose configs modify an experiment rather than name one (see ``experiment_name``)
 OVERLAY_FOLDERS = {"overlays", "sources"}
 

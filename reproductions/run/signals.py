@@ -26,7 +26,7 @@ import threading
 from lightning import Callback, LightningModule, Trainer
 from lightning.fabric.plugins.environments import SLURMEnvironment
 
-from reproductions.errors import RunInterrupted
+from reproductions.run.errors import RunInterrupted
 
 
 def slurm_requeue() -> bool:

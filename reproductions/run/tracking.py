@@ -14,7 +14,7 @@ Everything the run's W&B records refer to lies under the run directory, by relat
 copy of the directory elsewhere uploads completely: the offline run files (``wandb/offline-run-*``,
 with copies of the run's files in ``files/``, ``save_with_run``), W&B's data folder (``wandb/data``:
 ``WANDB_DATA_DIR``), its cache and downloads (``wandb/cache``, ``wandb/artifacts``), and an offline
-run's pending model artifact (``wandb/pending_artifacts.json``, ``reproductions.artifacts``).
+run's pending model artifact (``wandb/pending_artifacts.json``, ``reproductions.run.artifacts``).
 
 Mode (``wandb_mode``): ``WANDB_MODE`` when set; else online when wandb itself has a key for the
 server in force (``WANDB_BASE_URL``, ``wandb login --host``, or the library's default host;
@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from reproductions.errors import RunFailed
+from reproductions.run.errors import RunFailed
 from utils.atomic import atomic_write_text
 
 #: the file that keeps a directory's W&B run id, under the directory
@@ -285,7 +285,7 @@ def run_facts(trainer=None) -> dict[str, Any]:
     the versions; the W&B config's ``facts``."""
     import platform
 
-    from reproductions.results import git_state, hardware, package_versions
+    from reproductions.run.results import git_state, hardware, package_versions
 
     try:
         device = trainer.strategy.root_device.type if trainer is not None else None

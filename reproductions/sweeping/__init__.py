@@ -5,12 +5,12 @@
     launch    running the runs (subprocesses, progress, SLURM job arrays)
     collect   their results.json per variant: VariantResults, Stat, mean_std
     tables    the report table, number formats, RelaImpr, shared report options
-    claims    the claim checks (report.check): lines and their comparisons (claim, a - b, s.e., verdict)
+    checks    the claim checks (report.check): lines and their comparisons (claim, a - b, s.e., verdict)
     figures   the figure (report.plot), one function per plot kind; a claim against the scale
-    report    report.md, stdout and W&B: build_report, render, write_report, log_to_wandb
+    sweep_report  report.md, stdout and W&B: build_report, render, write_report, log_to_wandb
     claims_page  every sweep's claims at every profile's scale on one page: gather, build_page, write_page
 
-The commands ``repro sweep``, ``report`` and ``claims`` are ``reproductions/sweep.py``,
-``reproductions/report.py`` and ``reproductions/claims.py``. (The per-paper
+The commands ``repro sweep``, ``report`` and ``claims`` are ``reproductions/commands/sweep.py``,
+``reproductions/commands/report.py`` and ``reproductions/commands/claims.py``. (The per-paper
 ``reproductions/<paper>/sweeps/`` folders hold the sweep files this package reads.)
 """

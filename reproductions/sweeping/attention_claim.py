@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 
 from analysis.distance import LOCAL_FRACTION, locality, summarize
-from reproductions.results import results_state
+from reproductions.run.results import results_state
 from reproductions.sweeping.collect import same_run
 
 #: where a run keeps its attention distances

@@ -29,7 +29,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from reproductions.results import metric_value
+from reproductions.run.results import metric_value
 from reproductions.sweeping.collect import (
     Stat,
     VariantResults,

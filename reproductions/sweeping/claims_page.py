@@ -35,13 +35,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reproductions.results import hardware_label
+from reproductions.run.results import hardware_label
 from reproductions.sweeping.attention_claim import DistanceGroup, distance_section
-from reproductions.sweeping.claims import ClaimLine, Comparison, check_claims
+from reproductions.sweeping.checks import ClaimLine, Comparison, check_claims
 from reproductions.sweeping.collect import VariantResults, collect, run_identity
 from reproductions.sweeping.figures import plot_claim_by_scale, png_bytes
 from reproductions.sweeping.plan import Plan, make_plan
-from reproductions.sweeping.records import SMOKE_PROFILE
+from reproductions.sweeping.records import SMOKE_PROFILE, Record
 from reproductions.sweeping.spec import SCALE_AXES, Profile, Sweep, load_sweep
 from utils.atomic import atomic_write_bytes, atomic_write_text
 
@@ -120,10 +120,12 @@ def scale_key(sweep: Sweep) -> Callable[[Profile], tuple]:
 
 
 def gather(sweeps: Sequence[str | os.PathLike | Sweep], root: str | os.PathLike, *, smoke: bool = False,
-           registry: str | os.PathLike | None = None, local: bool = True) -> list[SweepClaims]:  # fmt: skip
+           registry: str | os.PathLike | None = None, local: bool = True,
+           read: Sequence[Record] | None = None) -> list[SweepClaims]:  # fmt: skip
     """Each sweep's profiles with finished runs (collected, claims checked, in scale order) and
     the names of those without; ``smoke`` profiles only with ``smoke``. The runs: the records of
-    ``registry`` (None: none) and, unless ``local`` is false, the run directories under ``root``."""
+    ``registry`` (None: none; ``read``: its records, already read) and, unless ``local`` is false,
+    the run directories under ``root``."""
     out = []
     for ref in sweeps:
         sweep = ref if isinstance(ref, Sweep) else load_sweep(ref)
@@ -132,7 +134,7 @@ def gather(sweeps: Sequence[str | os.PathLike | Sweep], root: str | os.PathLike,
             if name == SMOKE_PROFILE and not smoke:
                 continue
             plan = make_plan(sweep, name, root=root)
-            collected = collect(plan, registry=registry, local=local and plan.experiment_dir.is_dir())
+            collected = collect(plan, registry=registry, local=local and plan.experiment_dir.is_dir(), read=read)
             left_out += [f"{plan.experiment_dir / vr.variant.name / f'seed{seed}'}: {why}" for vr in collected
                          for seed, why in vr.missing if why.startswith("corrupt") or (seed, why) in vr.rejected]  # fmt: skip
             if any(vr.results for vr in collected):

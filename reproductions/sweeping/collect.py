@@ -20,13 +20,12 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from reproductions.results import RESULTS_FILE, metric_value, read_results, results_state, value_at
-from reproductions.rundir import describe_holder, is_stale, read_holder
+from reproductions.run.results import RESULTS_FILE, metric_value, read_results, results_state, value_at
+from reproductions.run.rundir import describe_holder, is_stale, read_holder
 from reproductions.sweeping.launch import last_error
 from reproductions.sweeping.plan import LOG_FILE, Plan
-from reproductions.sweeping.records import records_of
+from reproductions.sweeping.records import Record, records_of
 from reproductions.sweeping.spec import Metric, Variant
 
 
@@ -132,7 +131,8 @@ def same_run(a: dict, b: dict) -> bool:
     return run_identity(a) == run_identity(b) and a.get("finished_at") is not None
 
 
-def collect(plan: Plan, *, registry: str | os.PathLike | None = None, local: bool = True) -> list[VariantResults]:
+def collect(plan: Plan, *, registry: str | os.PathLike | None = None, local: bool = True,
+            read: Sequence[Record] | None = None) -> list[VariantResults]:  # fmt: skip
     """Finished results per variant (planned seeds and any other finished seed on disk) and
     the planned runs without one, with the reason (not run / running now / failed or unfinished +
     last log line); a results.json that is not the run's (``foreign``) goes to ``rejected`` and
@@ -141,10 +141,14 @@ def collect(plan: Plan, *, registry: str | os.PathLike | None = None, local: boo
     Each result says where it came from in ``source``: ``local`` (a run directory under the
     plan's root) or ``registry``. ``registry``: also the records of the results registry at that
     folder (``records``) for this sweep and profile (a record of a run also found locally counts
-    once, as the record); ``local=False``: the registry's records alone."""
+    once, as the record); ``local=False``: the registry's records alone. ``read``: the registry's
+    records already read (``read_registry(registry)``), so a caller that needs them for every
+    sweep and profile reads them once."""
     records: dict[str, list[dict]] = {}
     if registry is not None:
-        for rec in records_of(plan.sweep.id, plan.profile.name, registry):
+        mine = (records_of(plan.sweep.id, plan.profile.name, registry) if read is None else
+                [r for r in read if r.data["sweep"] == plan.sweep.id and r.data["profile"] == plan.profile.name])
+        for rec in mine:
             records.setdefault(rec.data["variant"], []).append(rec.results())
     out = []
     for variant in plan.variants:

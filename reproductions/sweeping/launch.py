@@ -6,7 +6,7 @@ Each run is ``python -m reproductions fit ...`` in a subprocess started in the r
 -e .``; its output goes to ``<run dir>/stdout.log`` (streamed as it runs, so not an atomic
 write). A run whose ``results.json`` says finished counts as done; a failed run is logged,
 never stops the others, and is listed with the most telling line of its log (``last_error``).
-A run's files are touched only under its lock (``reproductions/rundir.py``): the launcher takes
+A run's files are touched only under its lock (``reproductions/run/rundir.py``): the launcher takes
 it before writing the log and holds it for the run it starts; a run whose lock another process
 holds (a second sweep of the same root) is left alone, its log untouched, and reported as held.
 
@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from reproductions.results import metric_value, read_results
-from reproductions.rundir import RunDirBusy, RunDirLock, describe_holder, read_holder
+from reproductions.run.results import metric_value, read_results
+from reproductions.run.rundir import RunDirBusy, RunDirLock, describe_holder, read_holder
 from reproductions.sweeping.plan import Plan, Run, run_path
 from reproductions.sweeping.spec import REPO_ROOT, Sweep, SweepError
 
@@ -76,7 +76,7 @@ def progress_line(k: int, n: int, label: str, elapsed: float, durations: Sequenc
 
 
 @dataclass
-class Outcome:
+class RunOutcome:
     run: Run
     returncode: int
     seconds: float
@@ -150,21 +150,21 @@ def execute(
     runner: Callable[[Run, dict[str, str]], int] = subprocess_runner,
     out: TextIO | None = None,
     clock: Callable[[], float] = time.monotonic,
-) -> list[Outcome]:
+) -> list[RunOutcome]:
     """Run ``runs`` (``plan.jobs`` at a time), printing progress; never stops at a failure."""
     out = out or sys.stdout
     n = len(runs)
     env = run_env(plan.jobs, plan.profile.threads)
     lock = threading.Lock()
     durations: list[float] = []
-    outcomes: list[Outcome] = []
+    outcomes: list[RunOutcome] = []
     start = clock()
 
     def say(text: str) -> None:
         with lock:
             print(text, file=out, flush=True)
 
-    def one(k: int, run: Run) -> Outcome:
+    def one(k: int, run: Run) -> RunOutcome:
         with lock:
             line = progress_line(k, n, run.label, clock() - start, durations, plan.jobs)
         t0 = clock()
@@ -173,7 +173,7 @@ def execute(
             run_lock.acquire()
         except RunDirBusy:
             holder = read_holder(run.run_dir) or {}
-            outcome = Outcome(run, -1, 0.0, False, held_by=describe_holder(holder) if holder else "another process")
+            outcome = RunOutcome(run, -1, 0.0, False, held_by=describe_holder(holder) if holder else "another process")
             with lock:
                 outcomes.append(outcome)
             say(f"{line}\n    HELD {run.label}: {run.run_dir} is in use by {outcome.held_by}; not run here, "
@@ -192,7 +192,7 @@ def execute(
             run_lock.release()
         seconds = clock() - t0
         finished = read_results(run.run_dir) is not None
-        outcome = Outcome(run, rc, seconds, finished)
+        outcome = RunOutcome(run, rc, seconds, finished)
         with lock:
             durations.append(seconds)
             outcomes.append(outcome)
@@ -264,7 +264,7 @@ def slurm_script(plan: Plan, runs: Sequence[Run], devices: int | None = None, sb
         "",
         'RUN_DIR="${RUN_DIRS[$SLURM_ARRAY_TASK_ID]}"',
         # parses results.json: finished -> skip; a corrupt file is named and the task fails
-        f'STATE=0; {shlex.quote(sys.executable)} -m reproductions.results "$RUN_DIR" || STATE=$?',
+        f'STATE=0; {shlex.quote(sys.executable)} -m reproductions.run.results "$RUN_DIR" || STATE=$?',
         'if [ "$STATE" -eq 0 ]; then echo "already finished: $RUN_DIR"; exit 0; fi',
         'if [ "$STATE" -eq 2 ]; then exit 1; fi',
         'mkdir -p "$RUN_DIR"',

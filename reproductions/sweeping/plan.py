@@ -29,8 +29,8 @@ from typing import Any
 
 import yaml
 
-from reproductions.errors import UsageError
-from reproductions.results import read_results
+from reproductions.run.errors import UsageError
+from reproductions.run.results import read_results
 from reproductions.sweeping.spec import (
     DEFAULT_PROFILE,
     REPO_ROOT,

@@ -24,7 +24,7 @@ import os
 import sys
 from typing import Any
 
-from reproductions.sweeping.claims import VERDICTS, ClaimLine
+from reproductions.sweeping.checks import VERDICTS, ClaimLine
 from reproductions.sweeping.collect import VariantResults, collect
 from reproductions.sweeping.plan import Plan
 from reproductions.sweeping.tables import paper_value
@@ -94,12 +94,12 @@ def report_config(plan: Plan, collected) -> dict[str, Any]:
 
 
 def publish(plan: Plan, report, project: str = "attention-repro") -> str:
-    """Log ``report`` (a ``reproductions.sweeping.report.Report``) as the sweep's report run;
+    """Log ``report`` (a ``reproductions.sweeping.sweep_report.Report``) as the sweep's report run;
     returns its W&B run id. Online or offline as ``tracking.wandb_mode`` says (said in one line)."""
     import wandb
 
-    from reproductions.artifacts import keep_tables
-    from reproductions.tracking import init_run, keep_run_id, save_with_run
+    from reproductions.run.artifacts import keep_tables
+    from reproductions.run.tracking import init_run, keep_run_id, save_with_run
 
     directory = plan.experiment_dir
     run_id = keep_run_id(directory)
@@ -150,7 +150,7 @@ def log_references(records, *, project: str = "attention-repro", root: str | os.
     ``tracking.wandb_mode``). Returns one line per record."""
     from pathlib import Path
 
-    from reproductions.tracking import init_run, results_summary
+    from reproductions.run.tracking import init_run, results_summary
 
     lines = []
     for rec in records:
@@ -211,8 +211,8 @@ def log_claims(page, gathered, *, command: str, root: str | os.PathLike = "runs"
 
     import wandb
 
-    from reproductions.artifacts import keep_tables
-    from reproductions.tracking import init_run, keep_run_id, save_with_run
+    from reproductions.run.artifacts import keep_tables
+    from reproductions.run.tracking import init_run, keep_run_id, save_with_run
 
     directory = Path(root) / "claims"
     directory.mkdir(parents=True, exist_ok=True)

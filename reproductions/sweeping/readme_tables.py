@@ -28,7 +28,7 @@ import os
 import re
 from pathlib import Path
 
-from reproductions.results import hardware_label
+from reproductions.run.results import hardware_label
 from reproductions.sweeping.claims_page import SMOKE_PROFILE, gather, scale_label
 from reproductions.sweeping.collect import collect
 from reproductions.sweeping.plan import make_plan

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reproductions.results import RESULTS_FILE, results_state
+from reproductions.run.results import RESULTS_FILE, results_state
 from reproductions.sweeping.spec import REPO_ROOT, SweepError, profiles_by_sweep
 from utils.atomic import atomic_write_json
 
@@ -393,26 +393,26 @@ def run_dirs(path: str | os.PathLike) -> list[Path]:
 
 
 @dataclass
-class Outcome:
+class AddOutcome:
     run_dir: Path
     added: Path | None = None  # the record written
     refused: str | None = None  # why not
 
 
 def add_runs(path: str | os.PathLike, registry: str | os.PathLike = REGISTRY_DIR, *, allow_changed: bool = False,
-             dry_run: bool = False) -> list[Outcome]:  # fmt: skip
+             dry_run: bool = False) -> list[AddOutcome]:  # fmt: skip
     """Record every finished sweep run under ``path`` (see ``add_run``); one outcome per run directory."""
     existing = {r.data["id"]: r.path for r in read_registry(registry)}
     return [add_run(d, registry, existing, allow_changed=allow_changed, dry_run=dry_run) for d in run_dirs(path)]
 
 
 def add_run(run_dir: Path, registry: str | os.PathLike, existing: dict[str, Path], *,
-            allow_changed: bool = False, dry_run: bool = False) -> Outcome:  # fmt: skip
+            allow_changed: bool = False, dry_run: bool = False) -> AddOutcome:  # fmt: skip
     """Record one run, or say why not: not finished (failed, interrupted, still running, a corrupt
     results.json), not a sweep profile's run, a smoke run, a variant the sweep no longer has, a
     config that differs from what the sweep file defines now (unless ``allow_changed``: the
     differences go into ``overrides``), or already in the registry."""
-    out = Outcome(run_dir)
+    out = AddOutcome(run_dir)
     state, results = results_state(run_dir)
     if state != "finished" or results is None:
         why = {"missing": "no results.json (unfinished or still running)", "corrupt": "its results.json is corrupt"}

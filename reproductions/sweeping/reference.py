@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from reproductions.results import hardware_label, metric_value, same_hardware
+from reproductions.run.results import hardware_label, metric_value, same_hardware
 from reproductions.sweeping.collect import Stat, VariantResults, same_run
 from reproductions.sweeping.plan import Plan
 from reproductions.sweeping.tables import fmt_stat, markdown_table

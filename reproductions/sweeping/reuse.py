@@ -22,7 +22,7 @@ another GPU picks other kernels, whose float reductions round differently: the s
 seed then give another, equally valid draw (on Fashion-MNIST at 196 tokens, 84.44 on one 2-core
 VM type and 84.36 on another, seed 0). A finished twin is copied only when its ``results.json``
 names the hardware the planned run would use on this machine (``hardware`` in
-reproductions/results.py: the CPU and its instruction set, or the GPU model); a twin from other
+reproductions/run/results.py: the CPU and its instruction set, or the GPU model); a twin from other
 hardware, or from before ``results.json`` recorded it, is named in the output and the run trains.
 
 What is copied. Everything in the source run directory but its lock, its W&B files and its
@@ -47,7 +47,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from reproductions.results import RESULTS_FILE, hardware, read_results, same_hardware, write_results
+from reproductions.run.results import RESULTS_FILE, hardware, hardware_label, read_results, same_hardware, write_results
 from reproductions.sweeping.plan import LOG_FILE, Run
 from utils.atomic import atomic_write_text
 
@@ -68,7 +68,7 @@ def resolve_config(args: Sequence[str]) -> str:
 
     The repository's CLI parses ``args`` (``fit --config ... overrides``) and stops before any
     class is built, so nothing is instantiated, created or locked."""
-    from reproductions.cli import ReproductionCLI
+    from reproductions.run.cli import ReproductionCLI
 
     class Resolved(Exception):
         pass
@@ -122,14 +122,6 @@ def planned_device(config: dict[str, Any]) -> str:
     if accelerator in ("auto", "gpu", "cuda"):
         return "cuda" if torch.cuda.is_available() else "cpu"
     return accelerator
-
-
-def describe_hardware(found: Any) -> str:
-    if not isinstance(found, dict):
-        return "hardware it does not record"
-    if found.get("device") == "cuda":
-        return f"GPU {found.get('gpu')}"
-    return f"CPU {found.get('cpu')} ({found.get('cpu_capability')})"
 
 
 def _rebase(value: Any, src: Path, dst: Path) -> Any:
@@ -213,7 +205,8 @@ def reuse_finished(
         source = next((twin for twin in twins if same_hardware(recorded[twin], mine)), None)
         if source is None:
             print(f"    reuse: {run.label} has a finished twin, {twins[0]}, trained on "
-                  f"{describe_hardware(recorded[twins[0]])}, not on this machine's {describe_hardware(mine)}; "
+                  f"{hardware_label({'hardware': recorded[twins[0]]})}, not on this machine's "
+                  f"{hardware_label({'hardware': mine})}; "
                   f"the numbers would differ, so it trains", file=out)
             continue
         results = copy_run(source, run, text) if copy else read_results(source)

@@ -31,7 +31,7 @@ command line, or any path to a YAML file) holds:
         # results.json path such as data.ceiling.test_auc: the best reachable value, a table row)
     columns: [{key: test/gauc, label: GAUC, scale: 1, digits: 4}]  # more metric columns (optional)
     claims: ["..."]             # the paper's claims, printed in the report (optional)
-    report: {plot: bars, ...}   # how the report draws and checks (sweeping/figures.py, claims.py)
+    report: {plot: bars, ...}   # how the report draws and checks (sweeping/figures.py, checks.py)
     profiles:
       smoke: {seeds: 1, overrides: {...}}             # seconds, for tests
       cpu:   {seeds: 3, jobs: 2, overrides: {...}}    # minutes on 2 CPU cores, no network
@@ -69,7 +69,7 @@ from typing import Any
 
 import yaml
 
-from reproductions.errors import yaml_error_line
+from reproductions.run.errors import yaml_error_line
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 REPRODUCTIONS_DIR = REPO_ROOT / "reproductions"

@@ -10,7 +10,7 @@ that directory:
   variant, our metric mean ± sample std over n seeds, the sweep file's extra metric
   ``columns``, the paper's value per reference column, parameters, GFLOPs per image, total
   training FLOPs, training images/s, training time per run), the numbers the claims are about
-  (``report.check``, ``reproductions.sweeping.claims``), the figure, and every planned run that
+  (``report.check``, ``reproductions.sweeping.checks``), the figure, and every planned run that
   is missing or failed (never dropped silently: a variant without results stays in the table
   with n = 0), and every run left out because its ``results.json`` is not its own (another
   experiment's, variant's or seed's, or without the sweep's metric: ``collect.foreign``), which
@@ -33,7 +33,7 @@ profile, each marked holds / does not hold / within noise with its standard erro
 
 ``render(plan)`` does the same without writing report.md (the notebooks' entry point). With
 ``wandb=True`` the same table and figure go to W&B as a ``report`` run in the sweep's group
-(offline unless a key is configured, the rule of ``reproductions.tracking.wandb_offline``).
+(offline unless a key is configured, the rule of ``reproductions.run.tracking.wandb_offline``).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from reproductions.sweeping.claims import ClaimLine, check_claims
+from reproductions.sweeping.checks import ClaimLine, check_claims
 from reproductions.sweeping.collect import VariantResults, collect
 from reproductions.sweeping.figures import figure
 from reproductions.sweeping.plan import Plan, cli_value
