@@ -68,6 +68,22 @@ def test_digits_batches_equal_the_ordinary_loaders_every_epoch(cache, monkeypatc
     assert_same_batches([val_a], [val_b])
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mix", [{"cutmix_alpha": 1.0}, {"mixup_alpha": 0.8, "cutmix_alpha": 1.0}])
+def test_mixed_batches_equal_the_ordinary_loaders(cache, monkeypatch, device, mix):
+    # CutMix (and Mixup) on the device: the same boxes, mixing weights and soft targets as on the CPU
+    ordinary, resident = pair(cache, monkeypatch, device, source="digits", augment="crop_flip", batch_size=64, **mix)
+    a, b = epochs(ordinary.train_dataloader(), 2), epochs(resident.train_dataloader(), 2)
+    assert len(a[0]) == len(b[0]) > 0
+    for epoch_a, epoch_b in zip(a, b, strict=True):
+        for (xa, ta), (xb, tb) in zip(epoch_a, epoch_b, strict=True):
+            torch.testing.assert_close(xb, xa, rtol=0, atol=1e-6)
+            torch.testing.assert_close(tb, ta, rtol=0, atol=1e-6)
+    targets = torch.cat([t for e in b for _, t in e])
+    assert targets.shape[1] == 10 and torch.allclose(targets.sum(1), torch.ones(len(targets)))
+    assert (targets.max(1).values < 1).float().mean() > 0.5  # most targets are mixtures, not one-hot
+
+
 def test_augmentation_statistics_match_on_an_rgb_folder(cache, monkeypatch, tmp_path):
     """An RGB image folder (prepared, decoded once): the crop offsets and flips drawn are the same, so are
     the per-channel statistics of the augmented epoch."""
@@ -110,7 +126,7 @@ def test_refusals_name_the_setting(cache, tmp_path):
     cases = [({"augment": "randaugment"}, "on_device=true does augment='randaugment' only on the CPU"),
              ({"augment": "crop_flip", "random_erasing": 0.25}, "random_erasing=0.25"),
              ({"augment": "crop_flip", "in_memory": False}, "in_memory=false"),
-             ({"augment": "crop_flip", "mixup_alpha": 0.8}, "mixup_alpha=0.8")]
+             ({"augment": "crop_flip", "auto_augment": "rand-m9-mstd0.5-inc1"}, "auto_augment='rand-m9-mstd0.5-inc1'")]
     for kwargs, text in cases:
         with pytest.raises(ValueError, match="on_device") as info:
             ImageDataModule(source="digits", cache_dir=cache, on_device=True, **kwargs)

@@ -14,10 +14,10 @@ from reproductions.sweeping.spec import SweepError, load_sweep
 from tests.sweep_helpers import SWEEPS, write_sweep
 
 OVERLAY = "reproductions/vit/configs/overlays/cifar10_h200.yaml"
-ORDER = ["vit/patch_size", "vit/pooling", "vit/position", "vit/hybrid", "vit/data_size"]
+ORDER = ["vit/patch_size", "vit/pooling", "vit/position", "vit/hybrid", "vit/data_size", "vit/attention_data"]
 
 
-def test_the_five_ablations_have_an_h200_profile_on_one_recipe():
+def test_the_campaign_sweeps_have_an_h200_profile_on_one_recipe():
     assert sorted(s for s in SWEEPS if "h200" in load_sweep(s).profiles) == sorted(ORDER)
     for sweep in ORDER:
         s = load_sweep(sweep)
@@ -25,7 +25,8 @@ def test_the_five_ablations_have_an_h200_profile_on_one_recipe():
         assert prof.configs == [OVERLAY] and prof.seeds == [0], sweep
         assert prof.scale.data == "cifar10" and prof.device_s > 0
         assert "1 seed (the budget)" in prof.description and "--data.data_dir" in prof.description
-        assert "gpu" in s.profiles and s.profile("gpu").configs == []  # the paper-shaped profile stays as it was
+        if sweep != "vit/attention_data":  # a study of the campaign's own, without a paper-shaped profile
+            assert "gpu" in s.profiles and s.profile("gpu").configs == []  # the paper-shaped profile stays as it was
         plan = make_plan(sweep, "h200", extra=["--data.data_dir", "DIR"])
         for run in plan.runs:
             config = estimate.resolved_config(plan, run)
@@ -43,6 +44,8 @@ def test_the_grids_are_the_claims():
     assert {p for p, _ in pooling} == {"cls", "gap"} and len(pooling) == 6  # each pool at three learning rates
     sizes = {(r.variant.axes["model"], r.variant.axes["train_samples"]) for r in make_plan("vit/data_size", "h200").runs}
     assert sizes == {(m, n) for m in ("ViT", "ResNet") for n in (5000, 20000, 40500)}
+    cutmix = {(r.variant.axes["cutmix"], r.variant.axes["train_samples"]) for r in make_plan("vit/attention_data", "h200").runs}
+    assert cutmix == {(c, n) for c in (0.0, 1.0) for n in (5000, 20000, 40500)}
 
 
 def test_the_hybrid_and_the_vit_cost_the_same():

@@ -110,10 +110,11 @@ class ImageDataModule(L.LightningDataModule):
             ``image_size`` x ``image_size``.
         interpolation: ``bilinear`` or ``bicubic`` (DeiT), for the crops and resizes of encoded images.
         on_device: hold the decoded uint8 images on the device the run trains on (a GPU) and build every batch
-            there: index, random crop + flip, normalisation, batched (``datamodules.images.device_loader``);
-            the same samples, order, augmentation draws and mid-epoch resume as the ordinary loader, without
-            loader workers (``num_workers`` is not used). Needs the images in memory at the input size and
-            ``augment`` ``none``, ``flip`` or ``crop_flip`` without ``auto_augment``, random erasing or mixing.
+            there: index, random crop + flip, normalisation, Mixup / CutMix, batched
+            (``datamodules.images.device_loader``); the same samples, order, augmentation draws and mid-epoch
+            resume as the ordinary loader, without loader workers (``num_workers`` is not used). Needs the images
+            in memory at the input size and ``augment`` ``none``, ``flip`` or ``crop_flip`` without
+            ``auto_augment`` or random erasing (per image on the CPU).
     """
 
     def __init__(
@@ -172,8 +173,7 @@ class ImageDataModule(L.LightningDataModule):
         _check_recipe(augment, image_size, random_erasing, mixup_alpha, cutmix_alpha, mix_prob, mix_switch_prob,
                       eval_crop_fraction, in_memory)  # fmt: skip
         if on_device:
-            _check_on_device(augment, in_memory, auto_augment, random_erasing, mixup_alpha, cutmix_alpha,
-                             eval_crop_fraction)  # fmt: skip
+            _check_on_device(augment, in_memory, auto_augment, random_erasing, eval_crop_fraction)
         self.on_device = bool(on_device)
         self.device: torch.device | None = None  # where the batches are built (after setup with on_device)
 
@@ -493,14 +493,14 @@ def _check_recipe(augment: str, image_size: int | None, random_erasing: float, m
 
 
 def _check_on_device(augment: str, in_memory: Any, auto_augment: str | None, random_erasing: float,
-                     mixup_alpha: float, cutmix_alpha: float, eval_crop_fraction: float | None) -> None:  # fmt: skip
-    """What ``on_device=true`` builds on the device: in-memory images, crop + flip, normalisation."""
+                     eval_crop_fraction: float | None) -> None:  # fmt: skip
+    """What ``on_device=true`` builds on the device: in-memory images, crop + flip, normalisation, and
+    Mixup / CutMix per batch (timm's, with the same draws as on the CPU)."""
     if augment not in ON_DEVICE_AUGMENTS:
         raise ValueError(f"on_device=true does augment={augment!r} only on the CPU; use augment "
                          f"{', '.join(ON_DEVICE_AUGMENTS)}, or on_device false")  # fmt: skip
     unsupported = {"in_memory=false": in_memory in (False, "false"), f"auto_augment={auto_augment!r}": bool(auto_augment),
                    f"random_erasing={random_erasing}": random_erasing > 0,
-                   f"mixup_alpha={mixup_alpha}": mixup_alpha > 0, f"cutmix_alpha={cutmix_alpha}": cutmix_alpha > 0,
                    f"eval_crop_fraction={eval_crop_fraction}": eval_crop_fraction is not None}  # fmt: skip
     bad = [name for name, on in unsupported.items() if on]
     if bad:
