@@ -15,7 +15,7 @@
 #   GPU_CAMPAIGN_DATA=DIR scripts/gpu_campaign.sh [OUT_DIR]      # default OUT_DIR: runs/gpu_campaign
 # Environment: PYTHON (as for gpu_check.sh); GPU_CAMPAIGN_DATA (required, except in the smoke run);
 # GPU_CAMPAIGN_BUDGET (seconds of runs, >= 30; default 540, the smoke run's 150); GPU_CAMPAIGN_SWEEPS (the
-# sweeps in priority order; default "vit/patch_size vit/pooling vit/position vit/hybrid vit/data_size vit/attention_data");
+# sweeps in priority order; default "vit/patch_size vit/pooling vit/position vit/hybrid vit/data_size vit/attention_data vit/time_to_accuracy_cifar10");
 # GPU_CAMPAIGN_KEEP_CHECKPOINTS=1 keeps the finished runs' checkpoints (by default removed, sizes noted);
 # GPU_CAMPAIGN_SMOKE=1: on the CPU, a generated 300-image JPEG folder, every run two steps of batch 16 (a
 # rehearsal of the script: budget, stop, continue; its numbers mean nothing).
@@ -31,7 +31,7 @@ GPU_TAG=gpu_campaign
 gpu_python
 OUT_DIR="${1:-runs/gpu_campaign}"
 SMOKE="${GPU_CAMPAIGN_SMOKE:-0}"
-SWEEPS="${GPU_CAMPAIGN_SWEEPS:-vit/patch_size vit/pooling vit/position vit/hybrid vit/data_size vit/attention_data}"
+SWEEPS="${GPU_CAMPAIGN_SWEEPS:-vit/patch_size vit/pooling vit/position vit/hybrid vit/data_size vit/attention_data vit/time_to_accuracy_cifar10}"
 gpu_wheels GPU_CAMPAIGN_WHEELS
 if [[ "$SMOKE" == "1" ]]; then LIMIT_SCALE=5; TRAIN_DEFAULT=150; MIN_START=10; else LIMIT_SCALE=1; TRAIN_DEFAULT=540; MIN_START=45; fi
 TRAIN_BUDGET="${GPU_CAMPAIGN_BUDGET:-$TRAIN_DEFAULT}"
@@ -42,7 +42,7 @@ fi
 for sweep in $SWEEPS; do
   file="reproductions/${sweep%%/*}/sweeps/${sweep#*/}.yaml"
   if [[ "$sweep" != */* || ! -f "$file" ]] || ! grep -q "^  h200:" "$file"; then
-    echo "error: GPU_CAMPAIGN_SWEEPS names $sweep, which is not a sweep with an h200 profile; give some of: vit/patch_size vit/pooling vit/position vit/hybrid vit/data_size vit/attention_data" >&2
+    echo "error: GPU_CAMPAIGN_SWEEPS names $sweep, which is not a sweep with an h200 profile; give some of: vit/patch_size vit/pooling vit/position vit/hybrid vit/data_size vit/attention_data vit/time_to_accuracy_cifar10" >&2
     exit 2
   fi
 done

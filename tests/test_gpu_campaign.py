@@ -128,7 +128,7 @@ def test_an_interrupted_run_is_resumed_with_its_checkpoint_and_its_log_kept(tmp_
 
 @pytest.mark.slow
 def test_smoke_campaign_stops_at_the_budget_and_continues(tmp_path):
-    """Two campaigns into one folder on the CPU (tiny runs, 28 of them in all, 10-60 s each here): the first
+    """Two campaigns into one folder on the CPU (tiny runs, 31 of them in all, 10-60 s each here): the first
     finishes a run or more in priority order and is stopped by its budget with the rest not finished; the
     second skips what finished."""
     out, cache = tmp_path / "out", str(tmp_path / "hf")
@@ -138,11 +138,11 @@ def test_smoke_campaign_stops_at_the_budget_and_continues(tmp_path):
     summary = json.loads((out / "campaign.json").read_text())
     assert summary["stopped"] == "budget" and not summary["complete"] and summary["budget_s"] == 75
     assert list(summary["sweeps"]) == ["vit/patch_size", "vit/pooling", "vit/position", "vit/hybrid", "vit/data_size",
-                                      "vit/attention_data"]
+                                      "vit/attention_data", "vit/time_to_accuracy_cifar10"]
     runs = {f"{sweep} {label}": r for sweep, s in summary["sweeps"].items() for label, r in s["runs"].items()}
-    assert len(runs) == 28 and list(runs)[:3] == [f"vit/patch_size patch_size={p} seed0" for p in (8, 4, 2)]
+    assert len(runs) == 31 and list(runs)[:3] == [f"vit/patch_size patch_size={p} seed0" for p in (8, 4, 2)]
     finished = [label for label, r in runs.items() if r["status"] == "finished"]
-    assert finished and finished == list(runs)[: len(finished)] and len(finished) < 28  # in priority order
+    assert finished and finished == list(runs)[: len(finished)] and len(finished) < 31  # in priority order
     for label, r in runs.items():
         run_dir = Path(r["run_dir"])
         assert run_dir.is_relative_to(out / "runs" / "vit") and run_dir.name == "seed0"
