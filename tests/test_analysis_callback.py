@@ -128,6 +128,7 @@ def test_every_vit_fit_gets_the_analysis_once_and_other_nets_or_sharded_ones_do_
     assert not any(isinstance(c, AttentionDistanceCallback) for c in plain.callbacks)
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 @pytest.mark.parametrize("switch, expected", [([], True), (["--run.attention_analysis", "false"], False)])
 def test_the_command_line_adds_it_to_a_vit_fit_unless_switched_off(switch, expected, tmp_path):

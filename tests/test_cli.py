@@ -360,6 +360,8 @@ def test_wandb_switch_logs_an_offline_run_with_group_and_tags(tmp_path, monkeypa
 # --------------------------------------------------------------------------- DDP
 
 
+@pytest.mark.distributed
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_two_process_ddp_matches_one_process(tmp_path):
     """Same global batch on 1 and 2 CPU processes (gloo): each rank gets half of every batch

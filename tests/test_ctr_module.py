@@ -127,6 +127,7 @@ def _gauc_worker(rank: int, world: int, port: int, queue) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 def test_gauc_synced_over_two_cpu_processes_equals_one_process():
     with socket.socket() as s:

@@ -95,6 +95,7 @@ def batch_size(args: list[str]) -> int:
     return 64
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_sigterm_mid_epoch_one_process_with_loader_workers_resumes_exactly(tmp_path):
     # step 8 = the 3rd batch of epoch 1; two workers per loader: their random draws are seeded per batch
@@ -102,6 +103,8 @@ def test_sigterm_mid_epoch_one_process_with_loader_workers_resumes_exactly(tmp_p
                     steps_per_epoch=6, total_steps=18)
 
 
+@pytest.mark.distributed
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_sigterm_mid_epoch_two_ddp_processes_resume_exactly(tmp_path):
     # each rank's share of the global batch 64, its own random streams, the position saved by rank 0
@@ -109,12 +112,15 @@ def test_sigterm_mid_epoch_two_ddp_processes_resume_exactly(tmp_path):
     stop_and_resume(tmp_path, DIGITS, [*VIT, *DDP], step=10, signame="SIGTERM", steps_per_epoch=6, total_steps=18)
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_sigusr1_mid_epoch_behaviour_data_resumes_exactly(tmp_path):
     # the behaviour loader shuffled from the global generator before; validation runs inside the epoch too
     stop_and_resume(tmp_path, BST, BST_TINY, step=5, signame="SIGUSR1", steps_per_epoch=8, total_steps=16)
 
 
+@pytest.mark.distributed
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_sigusr1_mid_epoch_two_ddp_processes_behaviour_data_resume_exactly(tmp_path):
     # only rank 0 gets it (kill of the command a user started): the others learn of it at the same step

@@ -125,6 +125,8 @@ def test_text_file_as_checkpoint_and_run_root_under_a_file(tmp_path, capfd, monk
     assert text.read_text().startswith("hello")
 
 
+@pytest.mark.distributed
+@pytest.mark.subprocess
 def test_ddp_batch_that_does_not_divide_fails_before_any_process_starts(tmp_path):
     root = tmp_path / "ddp-runs"
     result = repro("fit", "--config", DIGITS, "--run.root", str(root), *TINY, "--data.batch_size", "3",
@@ -143,6 +145,7 @@ def test_ddp_batch_that_does_not_divide_fails_before_any_process_starts(tmp_path
     assert alive == []
 
 
+@pytest.mark.subprocess
 def test_debug_shows_the_traceback_and_still_ends_in_one_line(tmp_path):
     result = repro("fit", "--debug", "--config", DIGITS, "--run.root", str(tmp_path), f"{NET}patch_size", "3",
                    case="--debug")
@@ -150,6 +153,7 @@ def test_debug_shows_the_traceback_and_still_ends_in_one_line(tmp_path):
     assert result.last.startswith("error: patch_size=3 does not divide img_size=8")
 
 
+@pytest.mark.subprocess
 def test_tool_argument_errors_end_in_one_line():
     result = repro("sweep", "vit/position", "--profile", "smoke", "--jobs", "two", case="sweep --jobs two")
     assert result.returncode == 2 and result.last.startswith("error: argument --jobs: invalid int value: 'two'")
@@ -159,6 +163,7 @@ def test_tool_argument_errors_end_in_one_line():
 # --------------------------------------------------------------------------- 2. non-finite loss
 
 
+@pytest.mark.subprocess
 def test_nan_loss_stops_the_run_as_failed(tmp_path):
     result = repro("fit", "--config", DIGITS, "--run.root", str(tmp_path), *TINY, "--trainer.max_epochs", "3",
                    "--model.init_args.lr", "1e6", case="lr 1e6 (NaN loss)")
@@ -192,6 +197,7 @@ def test_nonfinite_patience_counts_steps_in_a_row():
 # --------------------------------------------------------------------------- 3. integer batch limits
 
 
+@pytest.mark.subprocess
 def test_integer_limit_val_batches_is_a_count(tmp_path):
     out = tmp_path / "counts.json"
     result = repro("fit", "--config", DIGITS, "--run.root", str(tmp_path), *TINY, "--trainer.max_epochs", "1",
@@ -206,6 +212,7 @@ def test_integer_limit_val_batches_is_a_count(tmp_path):
 # --------------------------------------------------------------------------- 4. nothing of a finished run is lost
 
 
+@pytest.mark.subprocess
 @pytest.mark.xdist_group("faults-finished")  # shares a module fixture: one test process
 def test_finished_run_is_not_overwritten_unless_asked(finished, tmp_path):
     root, run = copy_run(finished, tmp_path)
@@ -223,6 +230,7 @@ def test_finished_run_is_not_overwritten_unless_asked(finished, tmp_path):
     assert not (run / "run.lock").exists()
 
 
+@pytest.mark.subprocess
 @pytest.mark.xdist_group("faults-finished")  # shares a module fixture: one test process
 @pytest.mark.parametrize("kind", ["missing", "text", "malicious"])
 def test_bad_ckpt_path_leaves_the_finished_run_byte_identical(kind, finished, tmp_path):
@@ -248,6 +256,7 @@ def test_bad_ckpt_path_leaves_the_finished_run_byte_identical(kind, finished, tm
     assert not marker.exists()
 
 
+@pytest.mark.subprocess
 @pytest.mark.xdist_group("faults-finished")  # shares a module fixture: one test process
 def test_resume_with_max_epochs_below_the_checkpoints_is_refused_and_the_run_kept(finished, tmp_path, capfd,
                                                                                   monkeypatch):
@@ -268,6 +277,7 @@ def test_resume_with_max_epochs_below_the_checkpoints_is_refused_and_the_run_kep
 # --------------------------------------------------------------------------- 8. file modes, weights-only loading
 
 
+@pytest.mark.subprocess
 @pytest.mark.xdist_group("faults-finished")  # shares a module fixture: one test process
 def test_files_are_0644_and_checkpoints_load_weights_only(finished, tmp_path):
     run = finished / RUN
@@ -288,6 +298,7 @@ def test_files_are_0644_and_checkpoints_load_weights_only(finished, tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_analyze_refuses_a_resnet_checkpoint_naming_its_net(tmp_path, capfd, monkeypatch):
     result = repro("fit", "--config", RESNET, "--run.root", str(tmp_path), "--data.source", "digits",
@@ -322,6 +333,7 @@ def ask_for(signal_file: Path, name: str) -> None:
     os.replace(tmp, signal_file)
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_second_run_into_a_busy_directory_refuses_at_once_and_sigusr1_stops_the_first(tmp_path):
     root = tmp_path / "runs"
@@ -352,6 +364,7 @@ def test_second_run_into_a_busy_directory_refuses_at_once_and_sigusr1_stops_the_
     assert not (root / RUN / "run.lock").exists()
 
 
+@pytest.mark.subprocess
 def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path):
     import platform
 
@@ -396,6 +409,7 @@ def test_read_holder_of_a_lock_none_unreadable_or_written_while_it_waits(tmp_pat
     assert read_holder(tmp_path) == holder
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_sigterm_saves_a_checkpoint_and_the_resumed_run_keeps_metrics_and_time(tmp_path):
     root = tmp_path / "runs"
@@ -450,6 +464,7 @@ def _limit_file_size(limit: int):
     return preexec
 
 
+@pytest.mark.subprocess
 @pytest.mark.xdist_group("faults-finished")  # shares a module fixture: one test process
 def test_checkpoint_write_on_a_full_disk_fails_cleanly(finished, tmp_path):
     root, run = copy_run(finished, tmp_path)
@@ -500,6 +515,7 @@ def test_under_slurm_the_trainer_requeues_itself(monkeypatch, tmp_path):
         cli.signals.restore()
 
 
+@pytest.mark.subprocess
 def test_a_slim_checkpoint_tests_like_the_training_one(finished, tmp_path):
     """scripts/slim_checkpoint.py: the weights and the model's arguments only; `repro test` on it
     gives the fit's own test numbers."""

@@ -240,6 +240,7 @@ def _shard_net_worker(rank: int, world: int, init_file: str, out: str) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.distributed
 @pytest.mark.slow
 def test_shard_net_on_two_processes_matches_the_unsharded_net(tmp_path):
     import torch.multiprocessing as mp
@@ -280,6 +281,8 @@ def reference_runs(tmp_path_factory):
     return sharded, plain
 
 
+@pytest.mark.distributed
+@pytest.mark.subprocess
 @pytest.mark.xdist_group("fsdp-reference")  # shares a module fixture: one test process
 @pytest.mark.slow
 def test_fsdp2_on_two_processes_trains_like_one_process(reference_runs):
@@ -319,6 +322,8 @@ def test_fsdp2_on_two_processes_trains_like_one_process(reference_runs):
         assert 0.45 < state["local"] / state["global"] < 0.55
 
 
+@pytest.mark.distributed
+@pytest.mark.subprocess
 @pytest.mark.xdist_group("fsdp-reference")  # shares a module fixture: one test process
 @pytest.mark.slow
 def test_sharded_checkpoint_resumes_on_one_process_then_on_two(reference_runs, tmp_path):
@@ -353,6 +358,8 @@ def test_sharded_checkpoint_resumes_on_one_process_then_on_two(reference_runs, t
     assert resumed["test"]["test/acc"] == results(sharded)["test"]["test/acc"]  # both tested on 2 processes
 
 
+@pytest.mark.distributed
+@pytest.mark.subprocess
 @pytest.mark.xdist_group("fsdp-reference")  # shares a module fixture: one test process
 @pytest.mark.slow
 def test_sharded_checkpoint_loads_into_the_plain_model_for_test_and_analysis(reference_runs, tmp_path):
@@ -408,6 +415,8 @@ def ddp_two_devices(tmp_path_factory):
     return root
 
 
+@pytest.mark.distributed
+@pytest.mark.subprocess
 @pytest.mark.xdist_group("fsdp-ddp")  # shares a module fixture: one test process
 @pytest.mark.slow
 def test_two_torchrun_nodes_split_the_data_like_two_devices(ddp_two_devices, tmp_path):
@@ -440,6 +449,8 @@ def test_two_torchrun_nodes_split_the_data_like_two_devices(ddp_two_devices, tmp
 # --------------------------------------------------------------------------- torch.compile under DDP
 
 
+@pytest.mark.distributed
+@pytest.mark.subprocess
 @pytest.mark.xdist_group("fsdp-ddp")  # shares a module fixture: one test process
 @pytest.mark.slow
 def test_compiled_ddp_matches_uncompiled_ddp(ddp_two_devices, tmp_path):
@@ -465,6 +476,7 @@ def test_compiled_ddp_matches_uncompiled_ddp(ddp_two_devices, tmp_path):
 # --------------------------------------------------------------------------- scripts/gpu_check.sh
 
 
+@pytest.mark.subprocess
 def test_gpu_check_without_a_gpu_exits_2_with_one_line(tmp_path):
     proc = subprocess.run(["bash", "scripts/gpu_check.sh", str(tmp_path / "out")], cwd=REPO,
                           env={**env(), "PYTHON": sys.executable, "CUDA_VISIBLE_DEVICES": ""},
@@ -475,6 +487,7 @@ def test_gpu_check_without_a_gpu_exits_2_with_one_line(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_gpu_check_smoke_on_the_cpu_writes_its_json(tmp_path):
     """GPU_CHECK_SMOKE=1 runs the script's stages on the CPU with tiny shapes (here the FSDP2 one):

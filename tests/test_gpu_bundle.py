@@ -120,6 +120,7 @@ def fenced_preflight(tmp_path, carried: list[str]) -> tuple[subprocess.Completed
     return proc, json.loads(report.read_text()), json.loads(out.read_text())
 
 
+@pytest.mark.subprocess
 def test_the_bundle_is_pinned_and_holds_nothing_the_image_has():
     carried, image = bundle(), image_packages()
     assert carried and not set(carried) & set(image)
@@ -143,6 +144,7 @@ def test_the_bundle_is_pinned_and_holds_nothing_the_image_has():
         assert metadata.version(name) == version, f"{name}: the tests run another version than the bundle's"
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_the_check_needs_exactly_the_bundle_beyond_the_image(tmp_path):
     carried = bundle()
@@ -154,6 +156,7 @@ def test_the_check_needs_exactly_the_bundle_beyond_the_image(tmp_path):
     assert not pre["unmet"]  # here: the test environment meets the carried packages' requirements
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 @pytest.mark.parametrize("left_out", sorted(bundle()))
 def test_each_carried_package_is_needed(tmp_path, left_out):
@@ -164,6 +167,7 @@ def test_each_carried_package_is_needed(tmp_path, left_out):
     assert left_out in fence["refused"]
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_without_the_bundle_the_fit_path_fails_and_the_bench_does_not(tmp_path):
     carried = bundle()
@@ -182,6 +186,7 @@ def test_without_the_bundle_the_fit_path_fails_and_the_bench_does_not(tmp_path):
 
 
 # --------------------------------------------------------------------------- scripts/gpu_check.sh
+@pytest.mark.subprocess
 def test_usage_errors_end_in_one_line_before_any_work(tmp_path):
     empty = tmp_path / "wheels"
     empty.mkdir()
@@ -198,6 +203,7 @@ def test_usage_errors_end_in_one_line_before_any_work(tmp_path):
     assert proc.returncode == 2 and proc.stderr.startswith("error: usage: scripts/gpu_wheels.sh DIR")
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_sigterm_stops_the_running_stage_and_still_writes_the_json(tmp_path):
     out = tmp_path / "out"

@@ -32,6 +32,7 @@ def campaign(out: Path, timeout: int, **extra: str) -> subprocess.CompletedProce
                           env=env(**extra), timeout=timeout)  # fmt: skip
 
 
+@pytest.mark.subprocess
 def test_usage_errors_end_in_one_line_before_any_work(tmp_path):
     empty = tmp_path / "wheels"
     empty.mkdir()
@@ -126,6 +127,7 @@ def test_an_interrupted_run_is_resumed_with_its_checkpoint_and_its_log_kept(tmp_
     assert "--ckpt_path" not in run.log_path.read_text() and "first segment" not in run.log_path.read_text()
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_smoke_campaign_stops_at_the_budget_and_continues(tmp_path):
     """Two campaigns into one folder on the CPU (tiny runs, 31 of them in all, 10-60 s each here): the first

@@ -66,6 +66,7 @@ def _tmp_dirs(cache: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.name.startswith(".") and p.name.endswith(".tmp"))
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_a_prepare_killed_midway_is_listed_by_info_and_removed_by_the_next_prepare(tmp_path, capsys):
     """SIGKILL a real `data prepare` while it writes its shards (held at a FIFO named like an image, which it

@@ -137,6 +137,7 @@ def test_refusals_name_the_setting(cache, tmp_path):
         make(cache, source="folder", data_dir=str(tmp_path / "imgs"), max_in_memory_bytes=10, on_device=True)
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_sigterm_mid_epoch_with_the_device_loader_resumes_exactly(tmp_path):
     """Through the command line: stopped by SIGTERM mid-epoch and resumed equals the uninterrupted run."""

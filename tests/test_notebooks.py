@@ -75,6 +75,7 @@ def test_committed_notebook_is_thin_small_and_shows_its_results(notebook, librar
         assert len(images_of(outputs)) == 2
 
 
+@pytest.mark.notebook
 def test_attention_notebook_runs_on_the_shipped_checkpoint(tmp_path, monkeypatch):
     """The default model (no ANALYSIS_CKPT / ANALYSIS_TIMM), on fewer images; the inputs go in through
     the environment, which the kernel inherits. (The overrides: tests/test_analysis_cli.py, load_target.)"""
@@ -96,6 +97,7 @@ def test_attention_notebook_runs_on_the_shipped_checkpoint(tmp_path, monkeypatch
 
 
 @pytest.mark.slow
+@pytest.mark.notebook
 def test_bst_results_notebook_draws_the_reports_of_smoke_sweeps(tmp_path, monkeypatch):
     """Both BST sweeps at the smoke profile (in this process), then the notebook on their results."""
     from tests.test_bst_experiments import run_smoke_sweeps

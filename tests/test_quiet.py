@@ -62,6 +62,7 @@ def warning_lines(text: str) -> list[str]:
     return [line for line in text.replace("\r", "\n").splitlines() if WARNING_LINE.search(line)]
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_a_fit_and_a_test_on_its_checkpoint_print_no_warning_line(tmp_path):
     tiny = ["--trainer.max_epochs", "2", "--trainer.limit_train_batches", "4", "--trainer.log_every_n_steps", "2",

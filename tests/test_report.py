@@ -330,6 +330,7 @@ def test_two_profiles_side_by_side_with_each_profiles_claim_marks(tmp_path, caps
     assert "run the sweeps first" in capsys.readouterr().err
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_a_foreign_results_json_is_flagged_and_left_out_of_the_table_means_and_ratios(tmp_path):
     """A BST run's results.json copied into a ViT sweep's tree: the report (real command line)

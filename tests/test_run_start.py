@@ -40,6 +40,8 @@ def _free_port() -> int:
 # --------------------------------------------------------------------------- distributed start
 
 
+@pytest.mark.distributed
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_more_nodes_than_launched_is_refused_at_once_and_leaves_nothing(tmp_path):
     result = repro("fit", "--config", DIGITS, "--run.root", str(tmp_path / "runs"), *TINY, *TWO_NODES,
@@ -49,6 +51,8 @@ def test_more_nodes_than_launched_is_refused_at_once_and_leaves_nothing(tmp_path
     assert not list((tmp_path / "runs").rglob("run.lock"))
 
 
+@pytest.mark.distributed
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_other_nodes_that_never_join_time_out_naming_who_is_missing(tmp_path):
     env = cli_env(NODE_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
@@ -61,6 +65,8 @@ def test_other_nodes_that_never_join_time_out_naming_who_is_missing(tmp_path):
     assert not list((tmp_path / "runs").rglob("run.lock"))
 
 
+@pytest.mark.distributed
+@pytest.mark.subprocess
 @pytest.mark.slow
 @pytest.mark.parametrize("signum, devices", [(signal.SIGTERM, 2), (signal.SIGINT, 1)])
 def test_a_signal_stops_the_wait_for_the_other_nodes_at_once(signum, devices, tmp_path):
@@ -155,6 +161,7 @@ def test_the_runtime_settings_are_the_configs_not_the_checkpoints():
     assert runtime_settings(None) == {}  # no model in the config: all the checkpoint's
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 @pytest.mark.xdist_group("faults-finished")  # shares test_faults' module fixture: one test process
 def test_a_resume_or_test_that_would_change_the_model_is_refused(finished, tmp_path, capfd, monkeypatch):
@@ -184,6 +191,7 @@ def test_a_resume_or_test_that_would_change_the_model_is_refused(finished, tmp_p
 # --------------------------------------------------------------------------- what a run records
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_samples_seen_counts_a_partial_batch_as_its_size_and_no_false_log_warning(tmp_path):
     root = tmp_path / "runs"

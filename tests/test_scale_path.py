@@ -300,6 +300,7 @@ def test_global_batch_is_split_over_devices_times_nodes():
 # --------------------------------------------------------------------------- FSDP
 
 
+@pytest.mark.subprocess
 def test_fsdp_overlay_prints_a_complete_config():
     proc = subprocess.run([sys.executable, "-m", "reproductions", "fit", "--config", CIFAR, "--config", FSDP,
                            "--print_config"], cwd=REPO, capture_output=True, text=True, timeout=300)

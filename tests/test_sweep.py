@@ -43,6 +43,7 @@ def test_extra_overrides_go_to_every_run_last(tmp_path, capsys):
         assert line.endswith("--trainer.devices 8 --trainer.max_epochs 5")
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 @pytest.mark.parametrize("jobs", ["0", "-1"])
 def test_jobs_below_one_is_refused_before_any_run(tmp_path, jobs):
@@ -175,6 +176,7 @@ def test_every_sweep_runs_at_the_smoke_profile_and_reports(tmp_path):
         assert "report.md" in out.getvalue()
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_end_to_end_subprocess_sweep_with_a_failing_variant(tmp_path):
     """``python -m reproductions sweep`` for real: two good variants and one whose patch size does

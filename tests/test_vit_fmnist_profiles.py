@@ -29,7 +29,7 @@ SMOKE_SIZES = [
 def test_the_four_ablations_the_relative_study_and_the_tuning_have_an_fmnist_profile_on_one_recipe():
     assert {s for s, _ in FMNIST} == {
         "vit/position", "vit/pooling", "vit/attention", "vit/patch_size", "vit/relative", "vit/tune",
-        "vit/attention_distance",
+        "vit/attention_distance", "vit/attention_data",
     }
     for sweep, profile in FMNIST:
         prof = load_sweep(sweep).profile(profile)
@@ -47,6 +47,8 @@ def test_every_fmnist_profile_completes_with_the_smoke_sizes(sweep, profile, tmp
         "--data.init_args.data_dir", str(tmp_path / "fashion"),
         "--data.init_args.cache_dir", str(tmp_path / "cache"), *SMOKE_SIZES,
     ]
+    if sweep == "vit/attention_data":  # its subsets and step-wise validation, at the smoke data's size
+        extra += ["--data.init_args.train_samples", "100", "--trainer.val_check_interval", "1"]
     plan = make_plan(sweep, profile, root=tmp_path / "runs", extra=extra, seeds=1)
     for run in plan.runs[:2]:  # the first two planned runs, by their planned commands
         cli_main(run.args)

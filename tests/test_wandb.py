@@ -97,6 +97,7 @@ def history_steps(records: list) -> list[int]:
 RUN = Path("runs/vit/digits/default/seed0")
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_fit_resume_test_and_overwrite_keep_one_run_per_directory_and_its_files_under_it(tmp_path):
     """fit, then resume from its checkpoint: one W&B id (kept in wandb/run_id), the resumed
@@ -174,6 +175,8 @@ def test_fit_resume_test_and_overwrite_keep_one_run_per_directory_and_its_files_
     assert shown.count(f"skip    vit/digits/default/seed0  {run_id}") == 2 and "replaced attempt" in shown
 
 
+@pytest.mark.distributed
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_two_ddp_processes_write_one_wandb_run(tmp_path):
     """Under DDP only global rank 0 logs: one offline run, the id file written once."""
@@ -192,6 +195,7 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_an_unreachable_server_does_not_hang_the_run(tmp_path):
     """A key but a server known to be down (connection refused): the run says so in its first W&B
@@ -244,6 +248,7 @@ def _fake_run(directory: Path, stamp: str, run_id: str, synced: bool = False, su
     return folder
 
 
+@pytest.mark.subprocess
 def test_sync_dry_run_lists_what_it_would_upload_and_why_it_skips(tmp_path, capsys):
     runs = tmp_path / "runs"
     seed0, seed1 = runs / "s-cpu" / "a" / "seed0", runs / "s-cpu" / "a" / "seed1"
@@ -278,6 +283,7 @@ def test_sync_dry_run_lists_what_it_would_upload_and_why_it_skips(tmp_path, caps
     assert done.returncode == 2 and "does not exist" in last_line(done)
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_a_moved_copy_of_runs_keeps_its_files_and_its_model_artifact(tmp_path):
     """An offline fit with --run.log_model true, then runs/ moved elsewhere: no link that points
