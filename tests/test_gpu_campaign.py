@@ -147,7 +147,7 @@ def test_smoke_campaign_stops_at_the_budget_and_continues(tmp_path):
     assert finished and finished == list(runs)[: len(finished)] and len(finished) < 31  # in priority order
     for label, r in runs.items():
         run_dir = Path(r["run_dir"])
-        assert run_dir.is_relative_to(out / "runs" / "vit") and run_dir.name == "seed0"
+        assert run_dir.is_relative_to(out / "runs" / "vit") and run_dir.name == label.split()[-1]  # "seed0"
         results = run_dir / "results.json"
         on_disk = json.loads(results.read_text())["status"] if results.exists() else "not started"
         assert on_disk == r["status"]  # a stopped run: interrupted or not started, never finished
