@@ -15,9 +15,13 @@ values) and PNG figures (``analysis/attention_distance.png``,
 images (``WandbLogger.log_image``). Runs on global rank 0 only, in eval mode, under no_grad;
 the net is put back into its previous mode.
 
-Add it from a config: ``--trainer.callbacks+=analysis.callback.AttentionDistanceCallback``. The
-command line adds it to every ViT fit by itself (``add_attention_analysis``; ``--run.attention_analysis
-false`` leaves it out).
+The ViT experiment configs list it under ``trainer.callbacks`` (``reproductions/vit/configs/``), so
+every fit from them ends with the analysis; a config of one's own adds it the same way, or on the
+command line: ``--trainer.callbacks+=analysis.callback.AttentionDistanceCallback``. It analyses a net
+with a patch embedding and attention blocks (``ViT``, the hybrids) and does nothing for any other (a
+ResNet variant of a ViT sweep) or when the net is sharded over processes (FSDP2, DeepSpeed: the analysis
+runs on rank 0 alone, which a sharded forward cannot); ``--trainer.callbacks=[]`` (or a config without
+it) leaves it out.
 """
 
 from __future__ import annotations
@@ -96,6 +100,8 @@ class AttentionDistanceCallback(Callback):
         self.figures: dict[str, Path] = {}
 
     def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not analysable(trainer, pl_module):  # the same answer on every rank
+            return
         log_dir = trainer.log_dir  # every rank: under DDP it is a broadcast that all processes must join
         if not trainer.is_global_zero:
             return
@@ -150,17 +156,11 @@ class AttentionDistanceCallback(Callback):
                     logger.log_image(key=f"analysis/{key}", images=[str(path)], step=trainer.global_step)
 
 
-def add_attention_analysis(trainer: Trainer, module: LightningModule) -> bool:
-    """Add an ``AttentionDistanceCallback`` to ``trainer`` when ``module``'s net is a ViT (patch embedding and
-    attention blocks), none is there yet, and the net is not sharded over processes (the analysis runs on
-    rank 0 alone, which a sharded forward cannot). Returns whether it was added."""
+def analysable(trainer: Trainer, module: LightningModule) -> bool:
+    """Whether ``module``'s net is a ViT (patch embedding and attention blocks) that is not sharded over
+    processes (the analysis runs on rank 0 alone, which a sharded forward cannot)."""
     net = getattr(module, "net", module)
     if not (hasattr(net, "patch_embed") and hasattr(net, "blocks")):
         return False
-    if any(isinstance(c, AttentionDistanceCallback) for c in trainer.callbacks):
-        return False
     strategy = type(trainer.strategy).__name__
-    if "FSDP" in strategy or "ModelParallel" in strategy or "DeepSpeed" in strategy:
-        return False
-    trainer.callbacks.append(AttentionDistanceCallback())
-    return True
+    return not ("FSDP" in strategy or "ModelParallel" in strategy or "DeepSpeed" in strategy)

@@ -48,7 +48,7 @@ SMOKE_ARGS = [
     "--trainer.accelerator", "cpu", "--trainer.precision", "32-true", "--trainer.max_epochs", "1",
     "--trainer.max_steps", "2", "--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "2",
     "--trainer.limit_test_batches", "2", "--trainer.val_check_interval", "1", "--trainer.check_val_every_n_epoch", "1",
-    "--data.batch_size", "16", "--data.train_samples", "100", "--run.attention_analysis", "false",
+    "--data.batch_size", "16", "--data.train_samples", "100",
 ]  # fmt: skip
 
 

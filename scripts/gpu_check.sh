@@ -94,7 +94,7 @@ stage fsdp 80 "$PYTHON" -m reproductions "${RUN[@]}" --config reproductions/vit/
 # training only: validation, test and the attention analysis at the end of the fit would compile their
 # graphs too (another 20-60 s for ViT-B/16)
 stage compile 140 "$PYTHON" -m reproductions "${RUN[@]}" --trainer.strategy ddp --model.init_args.compile true \
-  --trainer.precision "$PRECISION" --trainer.limit_val_batches 0 --run.test_after_fit false --run.attention_analysis false \
+  --trainer.precision "$PRECISION" --trainer.limit_val_batches 0 --run.test_after_fit false '--trainer.callbacks=[]' \
   --trainer.max_time '{"seconds": @LIMIT-30@}' --run.variant ddp-compiled
 trap - TERM INT
 

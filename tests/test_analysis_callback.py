@@ -109,30 +109,64 @@ def test_figures_write_png_files_atomically(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f"{n}.png" for n in figures] + ["n.json"])
 
 
-def test_every_vit_fit_gets_the_analysis_once_and_other_nets_or_sharded_ones_do_not():
-    from analysis.callback import add_attention_analysis
+def test_it_analyses_a_vit_and_leaves_other_nets_and_sharded_ones_alone(tmp_path):
+    """A ResNet variant of a ViT sweep keeps the ViT config's callback: it does nothing there, nor for a net
+    sharded over processes; for a ViT in a plain trainer it analyses."""
+    import inspect
+    from types import SimpleNamespace
+
+    from analysis.callback import analysable
     from models.resnet import ResNet
 
     vit = ImageClassifier(ViT(img_size=8, in_chans=1, num_classes=10, patch_size=2, embed_dim=16, depth=1,
                               num_heads=2))
     trainer = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False)
-    assert add_attention_analysis(trainer, vit)
-    assert not add_attention_analysis(trainer, vit)  # one is there already (a config's, or this one)
-    assert sum(isinstance(c, AttentionDistanceCallback) for c in trainer.callbacks) == 1
-    import inspect
-
+    assert analysable(trainer, vit)
+    for sharded in ("FSDPStrategy", "ModelParallelStrategy", "DeepSpeedStrategy"):
+        assert not analysable(SimpleNamespace(strategy=type(sharded, (), {})()), vit)
     kwargs = {k: v for k, v in {"in_chans": 1, "num_classes": 10}.items() if k in inspect.signature(ResNet).parameters}
     resnet = ImageClassifier(ResNet(**kwargs))
-    plain = L.Trainer(accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False)
-    assert not add_attention_analysis(plain, resnet)
-    assert not any(isinstance(c, AttentionDistanceCallback) for c in plain.callbacks)
+    assert not analysable(trainer, resnet)
+    callback = AttentionDistanceCallback()
+    callback.on_fit_end(SimpleNamespace(strategy=trainer.strategy), resnet)  # touches nothing of the trainer's
+    assert callback.results is None and callback.figures == {}
+
+
+def _net_and_callbacks(config: dict) -> tuple[str, list[str]]:
+    net = config["model"]["init_args"]["net"]["class_path"]
+    return net, [c["class_path"] for c in (config.get("trainer") or {}).get("callbacks") or []]
+
+
+def test_every_vit_config_and_every_sweep_list_of_callbacks_keeps_the_analysis():
+    """The analysis is wired from the experiment's configs: every config whose net is a ViT (plain, hybrid,
+    conv stem) lists the callback and the ResNet configs do not; a sweep that sets ``trainer.callbacks``
+    (which replaces the config's list) keeps it."""
+    import yaml
+
+    repo = Path(__file__).resolve().parents[1]
+    name = "analysis.callback.AttentionDistanceCallback"
+    seen = {}
+    for path in sorted((repo / "reproductions/vit/configs").glob("*.yaml")):
+        net, callbacks = _net_and_callbacks(yaml.safe_load(path.read_text()))
+        seen[path.name] = net
+        assert (name in callbacks) is net.rsplit(".", 1)[-1].endswith("ViT"), (path.name, net, callbacks)
+    assert sum(n.endswith("ViT") for n in seen.values()) >= 10 and any(n.endswith("ResNet") for n in seen.values())
+    lists = 0
+    for path in sorted((repo / "reproductions").glob("*/sweeps/*.yaml")):
+        sweep = yaml.safe_load(path.read_text())
+        places = [sweep.get("overrides") or {}] + [p.get("overrides") or {} for p in (sweep.get("profiles") or {}).values()]
+        for overrides in places:
+            if "trainer.callbacks" in overrides and path.parent.parent.name == "vit":
+                lists += 1
+                assert name in [c["class_path"] for c in overrides["trainer.callbacks"]], path.name
+    assert lists >= 4  # hybrid and data_size, each at its base and smoke
 
 
 @pytest.mark.subprocess
 @pytest.mark.slow
-@pytest.mark.parametrize("switch, expected", [([], True), (["--run.attention_analysis", "false"], False)])
-def test_the_command_line_adds_it_to_a_vit_fit_unless_switched_off(switch, expected, tmp_path):
-    from tests.test_faults import TINY, repro
+@pytest.mark.parametrize("switch, expected", [([], True), (["--trainer.callbacks=[]"], False)])
+def test_a_vit_config_fit_ends_with_the_analysis_unless_its_callbacks_are_emptied(switch, expected, tmp_path):
+    from tests.cli_helpers import TINY, repro
 
     result = repro("fit", "--config", "reproductions/vit/configs/digits.yaml", "--run.root", str(tmp_path), *TINY,
                    "--trainer.max_epochs", "1", *switch, case="attention analysis at the end of a ViT fit")

@@ -3,20 +3,15 @@ warnings still show; ``--debug`` shows everything; a fit and a test on its check
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
 import pytest
 
 from reproductions.run import quiet
-from tests.cli_helpers import run_repro
+from tests.cli_helpers import run_repro, warning_lines
 
 REPO = Path(__file__).resolve().parents[1]
-WARNING_LINE = re.compile(r"(^|\s)\S+\.py:\d+: |Warning: ")
 
 
 @pytest.mark.parametrize("pattern", quiet.patterns("test"))
@@ -58,16 +53,12 @@ def test_evaluation_only_warnings_show_in_fit(monkeypatch):
     assert len(caught) == 1  # --debug: everything
 
 
-def warning_lines(text: str) -> list[str]:
-    return [line for line in text.replace("\r", "\n").splitlines() if WARNING_LINE.search(line)]
-
-
 @pytest.mark.subprocess
 @pytest.mark.slow
 def test_a_fit_and_a_test_on_its_checkpoint_print_no_warning_line(tmp_path):
     tiny = ["--trainer.max_epochs", "2", "--trainer.limit_train_batches", "4", "--trainer.log_every_n_steps", "2",
             "--trainer.limit_val_batches", "2",
-            "--trainer.limit_test_batches", "2", "--run.attention_analysis", "false"]
+            "--trainer.limit_test_batches", "2", "--trainer.callbacks=[]"]
     config = "reproductions/vit/configs/digits.yaml"
     fit = run_repro("fit", "--config", config, "--run.root", str(tmp_path), *tiny)
     assert fit.returncode == 0, fit.stderr[-3000:]

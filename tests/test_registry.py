@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 CPU = {"device": "cpu", "cpu": "Test CPU 9000 (family 25, model 1)", "cpu_capability": "AVX2"}
 OTHER_CPU = {"device": "cpu", "cpu": "Other CPU (family 6, model 2)", "cpu_capability": "AVX512"}
 TINY = ["--trainer.max_epochs", "2", "--trainer.limit_train_batches", "3", "--trainer.limit_val_batches", "2",
-        "--trainer.limit_test_batches", "2", "--model.net.init_args.depth", "1", "--run.attention_analysis", "false"]  # fmt: skip
+        "--trainer.limit_test_batches", "2", "--model.net.init_args.depth", "1", "--trainer.callbacks=[]"]  # fmt: skip
 
 
 def finished(variant: str, seed: int, acc: float, experiment: str, hardware=CPU, at="2026-12-01T10:00:00+00:00") -> dict:

@@ -51,7 +51,6 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import Logger
 
-from analysis.callback import add_attention_analysis
 from lightning_modules.callbacks import CheckpointOnSignal, ExactResume, StopOnNonFiniteLoss, TrainingClock
 from lightning_modules.checkpoint_io import AtomicCheckpointIO
 from lightning_modules.csv_logger import ResumableCSVLogger
@@ -252,10 +251,7 @@ class ReproductionCLI(RecordsFailures, WritesResults, LightningCLI):
         kwargs.setdefault("logger", self._loggers(trainer_cfg.get("logger")))
         kwargs.setdefault("default_root_dir", str(self.run_dir))
         kwargs.setdefault("plugins", self._plugins(trainer_cfg))
-        trainer = super().instantiate_trainer(**kwargs)
-        if self.subcommand == "fit" and run.attention_analysis:
-            add_attention_analysis(trainer, self.model)
-        return trainer
+        return super().instantiate_trainer(**kwargs)
 
     def _plugins(self, trainer_cfg) -> list:
         """The configured plugins plus atomic checkpoint IO and, in a SLURM batch job, Lightning's

@@ -35,9 +35,6 @@ class RunOptions:
             the run stops as failed (0: stop at the first).
         rendezvous_timeout: seconds a multi-process run waits for all its processes to join at the
             start (DDP, FSDP, several nodes) before it fails naming who is missing.
-        attention_analysis: at the end of a ViT's fit, the mean attention distance per layer and head
-            on 128 validation images, with its figure (and the position-embedding similarity), in
-            ``<run dir>/analysis/``, the logged metrics and W&B (about 1% of a digits fit).
     """
 
     root: str = "runs"
@@ -53,4 +50,3 @@ class RunOptions:
     overwrite: bool = False
     nonfinite_patience: int = 0
     rendezvous_timeout: float = 60.0
-    attention_analysis: bool = True

@@ -8,7 +8,8 @@ A record is a few KB of JSON at ``results/<paper>/<sweep>/<profile>/<variant>/se
   and ``id``, the run's identity (a digest of its experiment, variant, seed, config digest, host,
   hardware and finish time: the same run added twice has the same id, so it is refused);
 - what ran: ``config`` (the run's resolved ``config.yaml`` as flat dotted keys, leaving out what
-  names the run or where its files lie: ``run``, ``config`` and ``LOCATION_KEYS``),
+  names the run or where its files lie: ``run``, ``config`` and ``LOCATION_KEYS``; callbacks that
+  only analyse the trained model, ``ANALYSIS_CALLBACKS``, are left out of ``trainer.callbacks``),
   ``config_digest`` (its sha256) and ``overrides`` (every key where the run's config differs from
   what the sweep file defined for its variant and seed when the record was added: ``{key: {"run":
   value, "definition": value}}``; empty for a run made by ``repro sweep`` from the sweep file as
@@ -61,6 +62,10 @@ LOCATION_KEYS = (
     "trainer.enable_progress_bar", "trainer.enable_model_summary", "trainer.default_root_dir",
     "trainer.log_every_n_steps",
 )  # fmt: skip
+#: callbacks that analyse the trained model at the end of a fit and change nothing it computes: left
+#: out of ``trainer.callbacks`` in the digests and the comparisons (a run whose config listed one and a
+#: run that was given it by the command line computed the same)
+ANALYSIS_CALLBACKS = ("analysis.callback.AttentionDistanceCallback",)
 #: the profile whose runs are for tests only: never a result
 SMOKE_PROFILE = "smoke"
 _CURVE_FIXED = ("step", "epoch", "time/fit_elapsed_s")
@@ -90,9 +95,18 @@ def flatten(config: Any, prefix: str = "") -> dict[str, Any]:
 
 def computed_part(config: dict[str, Any]) -> dict[str, Any]:
     """The flattened keys of a resolved config that say what a run computes (no ``run``,
-    ``config`` or ``LOCATION_KEYS``)."""
-    return {k: v for k, v in flatten(config).items()
-            if k.split(".", 1)[0] not in ("run", "config") and k not in LOCATION_KEYS}  # fmt: skip
+    ``config`` or ``LOCATION_KEYS``; no ``ANALYSIS_CALLBACKS``)."""
+    return _without_analysis({k: v for k, v in flatten(config).items()
+                              if k.split(".", 1)[0] not in ("run", "config") and k not in LOCATION_KEYS})  # fmt: skip
+
+
+def _without_analysis(flat: dict[str, Any]) -> dict[str, Any]:
+    """``trainer.callbacks`` without the ``ANALYSIS_CALLBACKS`` (none left: ``None``, as a config without any)."""
+    callbacks = flat.get("trainer.callbacks")
+    if isinstance(callbacks, list):
+        kept = [c for c in callbacks if not (isinstance(c, dict) and c.get("class_path") in ANALYSIS_CALLBACKS)]
+        flat = {**flat, "trainer.callbacks": kept or None}
+    return flat
 
 
 def config_digest(config: dict[str, Any]) -> str:
@@ -103,7 +117,7 @@ def config_digest(config: dict[str, Any]) -> str:
 def config_differences(run: dict[str, Any], definition: dict[str, Any], *, flat: bool = False) -> dict[str, dict[str, Any]]:
     """Every computed key that both configs have whose value differs between the run's and the
     definition's (``flat``: the run's config is already ``computed_part``'s flat keys)."""
-    a, b = run if flat else computed_part(run), computed_part(definition)
+    a, b = _without_analysis(run) if flat else computed_part(run), computed_part(definition)
     return {k: {"run": a[k], "definition": b[k]} for k in sorted(set(a) & set(b)) if a[k] != b[k]}
 
 
