@@ -5,10 +5,13 @@ offline, one thread, no GPU, nothing of the caller's debug, SLURM or W&B setting
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
+import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -176,3 +179,28 @@ def copy_run(finished: Path, tmp_path: Path) -> tuple[Path, Path]:
     root = tmp_path / "runs"
     shutil.copytree(finished, root)
     return root, root / RUN
+
+
+def build_only(args: list[str]):
+    """ReproductionCLI up to the instantiated classes (the Trainer's own config, not a Trainer:
+    Lightning's FSDP refuses a CPU-only machine at Trainer construction)."""
+    from reproductions.run.cli import ReproductionCLI
+
+    class BuildOnly(ReproductionCLI):
+        def instantiate_trainer(self, **kwargs):
+            self.trainer_config = self._get(self.config_init, "trainer")
+            return None
+
+        def _run_subcommand(self, subcommand):
+            pass
+
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        return BuildOnly(args=args)
+
+
+#: a line a Python warning prints (``file.py:12: UserWarning: ...``) or a library's own warning line
+WARNING_LINE = re.compile(r"(^|\s)\S+\.py:\d+: |Warning: ")
+
+
+def warning_lines(text: str) -> list[str]:
+    return [line for line in text.replace("\r", "\n").splitlines() if WARNING_LINE.search(line)]

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import yaml
 
+from reproductions.commands.sweep import main as sweep_main
 from reproductions.run.results import RESULTS_FILE, atomic_write_json
 from reproductions.sweeping.spec import sweep_id
+from tests.helpers import inprocess_runner
 
 REPO = Path(__file__).resolve().parents[1]
 DIGITS = REPO / "reproductions/vit/configs/digits.yaml"
@@ -74,3 +77,14 @@ def fake_runner(fail=(), calls=None):
         return 0
 
     return runner
+
+
+def run_smoke_sweeps(root: Path, sweeps=("bst/table", "bst/position")) -> dict[str, str]:
+    """Sweeps (by default both BST sweeps) at the smoke profile, in this process; returns what each printed."""
+    printed = {}
+    for sweep in sweeps:
+        out = io.StringIO()
+        rc = sweep_main([sweep, "--profile", "smoke", "--root", str(root)], runner=inprocess_runner, out=out)
+        assert rc == 0, out.getvalue()
+        printed[sweep] = out.getvalue()
+    return printed

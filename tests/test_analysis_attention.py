@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from functools import partial
-
 import pytest
 import torch
 import torch.nn.functional as F
-from timm.layers import HybridEmbed
 from timm.models.vision_transformer import Block, VisionTransformer
 from torch import nn
 
@@ -18,14 +15,12 @@ from analysis.attention import (
     pixels_per_token,
     token_layout,
 )
-from models.vit import ViT, ViTAttention, ViTBlock
+from models.vit import ViTAttention
+from tests.tiny_models import ATTENTION_VIT
+from tests.tiny_models import attention_vit as ours
+from tests.tiny_models import timm_hybrid as hybrid
 
-TINY = dict(img_size=8, in_chans=3, num_classes=5, patch_size=2, embed_dim=32, depth=2, num_heads=4, mlp_ratio=2.0)
-
-
-def ours(**overrides) -> ViT:
-    torch.manual_seed(0)
-    return ViT(**{**TINY, **overrides}).eval()
+TINY = ATTENTION_VIT
 
 
 def timm_vit(**overrides) -> VisionTransformer:
@@ -33,23 +28,6 @@ def timm_vit(**overrides) -> VisionTransformer:
     kw = dict(img_size=8, patch_size=2, in_chans=3, num_classes=5, embed_dim=32, depth=2, num_heads=4,
               mlp_ratio=2.0, qkv_bias=True)
     return VisionTransformer(**{**kw, **overrides}).eval()
-
-
-def cnn_stride4() -> nn.Module:
-    """A CNN stem of total stride 4: 16x16 images -> 4x4 feature maps."""
-    return nn.Sequential(
-        nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.ReLU(),
-        nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.ReLU(),
-    )
-
-
-def hybrid(block_fn=ViTBlock) -> VisionTransformer:
-    """A hybrid as timm builds one: HybridEmbed over a CNN (patch size 1 on its features)."""
-    torch.manual_seed(0)
-    return VisionTransformer(
-        img_size=16, patch_size=1, in_chans=3, num_classes=5, embed_dim=32, depth=2, num_heads=4,
-        mlp_ratio=2.0, embed_layer=partial(HybridEmbed, backbone=cnn_stride4()), block_fn=block_fn,
-    ).eval()
 
 
 def images(n=3, size=8, seed=1) -> torch.Tensor:

@@ -148,14 +148,14 @@ def test_a_shipped_checkpoint_without_data_records_reads_fashion_mnist(run, tmp_
 def test_vit_and_hybrid_side_by_side(tmp_path):
     """A hybrid (timm HybridEmbed over a CNN of stride 4, our blocks): distances in CNN-stride pixels."""
     from reproductions.commands.analyze import Images, Target, run_distance
-    from tests.test_analysis_attention import hybrid, ours
+    from tests.tiny_models import attention_vit, timm_hybrid
 
     def images(size):
         x = torch.rand(4, 3, size, size)
         return Images(x, x, torch.zeros(4, dtype=torch.long), f"4 random {size}x{size} images")
 
     result = run_distance(
-        [(Target(ours(), "ViT", "test"), images(8)), (Target(hybrid(), "hybrid", "test"), images(16))], tmp_path
+        [(Target(attention_vit(), "ViT", "test"), images(8)), (Target(timm_hybrid(), "hybrid", "test"), images(16))], tmp_path
     )
     assert [m["kind"] for m in result["models"].values()] == ["ViT", "hybrid"]
     assert result["models"]["hybrid"]["pixels_per_token"] == [4.0, 4.0]

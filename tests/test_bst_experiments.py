@@ -25,6 +25,7 @@ from reproductions.sweeping.sweep_report import REPORT_FILE, write_report
 from reproductions.sweeping.spec import SweepError, load_sweep
 from tests.cli_helpers import QUIET
 from tests.helpers import inprocess_runner
+from tests.sweep_helpers import run_smoke_sweeps
 
 REPO = Path(__file__).resolve().parents[1]
 BST = REPO / "reproductions" / "bst"
@@ -70,17 +71,6 @@ def net_args(config: str) -> dict:
 
 def data_args(config: str) -> dict:
     return yaml.safe_load((REPO / config).read_text())["data"]["init_args"]
-
-
-def run_smoke_sweeps(root: Path, sweeps=SWEEPS) -> dict[str, str]:
-    """Both BST sweeps at the smoke profile, in this process; returns what each printed."""
-    printed = {}
-    for sweep in sweeps:
-        out = io.StringIO()
-        rc = sweep_main([sweep, "--profile", "smoke", "--root", str(root)], runner=inprocess_runner, out=out)
-        assert rc == 0, out.getvalue()
-        printed[sweep] = out.getvalue()
-    return printed
 
 
 def overrides_of(run) -> dict[str, str]:

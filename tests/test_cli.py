@@ -19,7 +19,7 @@ from reproductions.run.rundir import experiment_name
 from reproductions.run.errors import RunFailed, UsageError
 from reproductions.run.tracking import base_url, key_source, wandb_mode, wandb_offline
 from reproductions.run.results import RESULTS_FILE, read_results
-from tests.cli_helpers import DIGITS, SMALL
+from tests.cli_helpers import DIGITS, SMALL, warning_lines
 from tests.helpers import wandb_artifacts, wandb_records, wandb_summary
 
 REPO = Path(__file__).resolve().parents[1]
@@ -399,8 +399,6 @@ def test_two_process_ddp_matches_one_process(tmp_path):
             for k in range(len(single) // 64):  # step k: the ranks' halves make up the 1-process batch
                 assert set(a["indices"][32 * k:32 * (k + 1)]) | set(b["indices"][32 * k:32 * (k + 1)]) == set(
                     single[64 * k:64 * (k + 1)])
-            from tests.test_quiet import warning_lines
-
             assert warning_lines(proc.stdout + proc.stderr) == []  # e.g. no "use sync_dist=True" for our metrics
             rows = list(csv.DictReader(open(run_dir(root) / "metrics.csv")))
             # time/fit_elapsed_s is process 0's clock (not the sum of both), below the fit's whole time

@@ -121,7 +121,7 @@ def test_precision_under_fsdp2_is_the_policy_and_never_autocast_on_top():
 
 
 def test_fsdp_overlay_builds_the_fsdp2_strategy():
-    from tests.test_scale_path import build_only
+    from tests.cli_helpers import build_only
 
     cli = build_only(["fit", "--config", "reproductions/vit/configs/cifar10.yaml", "--config", FSDP,
                       "--trainer.strategy.init_args.activation_checkpointing", "true"])

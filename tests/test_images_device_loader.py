@@ -141,7 +141,8 @@ def test_refusals_name_the_setting(cache, tmp_path):
 @pytest.mark.slow
 def test_sigterm_mid_epoch_with_the_device_loader_resumes_exactly(tmp_path):
     """Through the command line: stopped by SIGTERM mid-epoch and resumed equals the uninterrupted run."""
-    from tests.test_exact_resume import DIGITS, VIT, stop_and_resume
+    from tests.cli_helpers import DIGITS
+    from tests.resume_helpers import VIT, stop_and_resume
 
     stop_and_resume(tmp_path, DIGITS, [*VIT, "--data.on_device", "true"], step=8, signame="SIGTERM",
                     steps_per_epoch=6, total_steps=18)  # fmt: skip

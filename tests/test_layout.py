@@ -74,6 +74,20 @@ def test_no_private_names_imported_across_modules(import_graph):
     assert private_imports(import_graph) == []
 
 
+def test_test_files_share_helpers_through_helper_modules_only():
+    # a test file's helpers that another test needs live in a helper module (cli_helpers, tiny_models,
+    # resume_helpers, ...): no test file imports another, at its top or inside a test
+    tests = REPO / "tests"
+    hits = []
+    for path in sorted(tests.glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            hits += [f"{path.name}:{node.lineno} imports {n}" for n in names if n.startswith("tests.test_")]
+    assert hits == []
+    assert any(p.name == "cli_helpers.py" for p in tests.glob("*_helpers.py"))  # the check looks where helpers are
+
+
 def _tracked_files() -> list[str]:
     out = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True)
     if out.returncode != 0:

@@ -100,7 +100,7 @@ def test_attention_notebook_runs_on_the_shipped_checkpoint(tmp_path, monkeypatch
 @pytest.mark.notebook
 def test_bst_results_notebook_draws_the_reports_of_smoke_sweeps(tmp_path, monkeypatch):
     """Both BST sweeps at the smoke profile (in this process), then the notebook on their results."""
-    from tests.test_bst_experiments import run_smoke_sweeps
+    from tests.sweep_helpers import run_smoke_sweeps
 
     monkeypatch.setenv("BEHAVIOR_CACHE_DIR", str(tmp_path / "behavior-cache"))
     runs, figures = tmp_path / "runs", tmp_path / "figures"

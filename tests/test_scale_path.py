@@ -22,7 +22,6 @@ import yaml
 
 from lightning_modules.base import (
     LR_SCALINGS,
-    compile_in_place,
     global_batch_size,
     is_compiled,
     scaled_lr,
@@ -30,8 +29,8 @@ from lightning_modules.base import (
 from lightning_modules.ctr import CTRModule
 from lightning_modules.image_classifier import ImageClassifier
 from models.ctr import BST
-from models.resnet import ResNet
-from models.vit import ViT, explicit_attention
+from models.vit import explicit_attention
+from tests.cli_helpers import build_only
 from tests.helpers import TinyData
 from tests.helpers import quiet_trainer as trainer
 from tests.tiny_models import tiny_resnet
@@ -49,23 +48,6 @@ CL = torch.channels_last
 
 #: the tiny ViT on RGB images, as this file's batches are
 tiny_vit = functools.partial(tiny_gray_vit, in_chans=3)
-
-
-def build_only(args: list[str]):
-    """ReproductionCLI up to the instantiated classes (the Trainer's own config, not a Trainer:
-    Lightning's FSDP refuses a CPU-only machine at Trainer construction)."""
-    from reproductions.run.cli import ReproductionCLI
-
-    class BuildOnly(ReproductionCLI):
-        def instantiate_trainer(self, **kwargs):
-            self.trainer_config = self._get(self.config_init, "trainer")
-            return None
-
-        def _run_subcommand(self, subcommand):
-            pass
-
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        return BuildOnly(args=args)
 
 
 # --------------------------------------------------------------------------- fused attention

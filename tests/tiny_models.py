@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from functools import partial
+
+import torch
+from timm.layers import HybridEmbed
+from timm.models.vision_transformer import VisionTransformer
+from torch import nn
+
 from models.ctr import BST
 from models.resnet import ResNet
-from models.vit import ViT
+from models.vit import ViT, ViTBlock
 
 
 def tiny_vit(**kw) -> ViT:
@@ -26,3 +33,29 @@ def tiny_bst(**kw) -> BST:
     args = dict(n_items=10, n_categories=4, item_dim=4, category_dim=4, position_dim=4, num_heads=2, mlp_dims=(8,))
     args.update(kw)
     return BST(**args)
+
+
+#: the attention analyses' tiny ViT: 8x8 RGB images, 16 tokens, 2 blocks of 4 heads
+ATTENTION_VIT = dict(img_size=8, in_chans=3, num_classes=5, patch_size=2, embed_dim=32, depth=2, num_heads=4, mlp_ratio=2.0)
+
+
+def attention_vit(**overrides) -> ViT:
+    torch.manual_seed(0)
+    return ViT(**{**ATTENTION_VIT, **overrides}).eval()
+
+
+def cnn_stride4() -> nn.Module:
+    """A CNN stem of total stride 4: 16x16 images -> 4x4 feature maps."""
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.ReLU(),
+        nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.ReLU(),
+    )
+
+
+def timm_hybrid(block_fn=ViTBlock) -> VisionTransformer:
+    """A hybrid as timm builds one: HybridEmbed over a CNN (patch size 1 on its features), 16x16 RGB images."""
+    torch.manual_seed(0)
+    return VisionTransformer(
+        img_size=16, patch_size=1, in_chans=3, num_classes=5, embed_dim=32, depth=2, num_heads=4,
+        mlp_ratio=2.0, embed_layer=partial(HybridEmbed, backbone=cnn_stride4()), block_fn=block_fn,
+    ).eval()
