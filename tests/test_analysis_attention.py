@@ -16,11 +16,8 @@ from analysis.attention import (
     token_layout,
 )
 from models.vit import ViTAttention
-from tests.tiny_models import ATTENTION_VIT
 from tests.tiny_models import attention_vit as ours
 from tests.tiny_models import timm_hybrid as hybrid
-
-TINY = ATTENTION_VIT
 
 
 def timm_vit(**overrides) -> VisionTransformer:

@@ -109,7 +109,7 @@ def test_figures_write_png_files_atomically(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([f"{n}.png" for n in figures] + ["n.json"])
 
 
-def test_it_analyses_a_vit_and_leaves_other_nets_and_sharded_ones_alone(tmp_path):
+def test_it_analyses_a_vit_and_leaves_other_nets_and_sharded_ones_alone():
     """A ResNet variant of a ViT sweep keeps the ViT config's callback: it does nothing there, nor for a net
     sharded over processes; for a ViT in a plain trainer it analyses."""
     import inspect
