@@ -29,7 +29,7 @@ def test_unknown_sweep_or_profile_or_option(tmp_path, capsys):
     assert sweep_main(["vit/position", "--profile", "tpu", "--dry-run"]) == 2
     assert "no profile 'tpu'; profiles: ['cpu', 'fmnist', 'gpu', 'h200', 'imagenet', 'smoke']" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        sweep_main(["vit/position", "--seed", "3", "--dry-run"])  # a typo is not passed to the runs
+        sweep_main(["vit/position", "--sed", "3", "--dry-run"])  # a typo is not passed to the runs
     assert "after '--'" in capsys.readouterr().err
 
 
@@ -74,6 +74,38 @@ def test_count_options_below_one_are_usage_errors(tmp_path, option, value):
     if option == "--seeds":  # the report plans the same seeds
         with pytest.raises(UsageError, match=re.escape(f"--seeds {value} is not a positive number")):
             report_main(["vit/patch_size", "--profile", "smoke", "--seeds", value, "--root", str(tmp_path)])
+
+
+def test_seed_option_runs_those_seeds_alone_and_the_report_names_them(tmp_path):
+    """``--seed K`` (repeatable) adds seeds to a sweep without training the others again; the plan's
+    command, printed in the report, gives the same seeds back."""
+    root = tmp_path / "runs"
+    calls = []
+    argv = ["vit/patch_size", "--profile", "smoke", "--seed", "2", "--seed", "4", "--root", str(root), "--no-report"]
+    assert sweep_main(argv, runner=fake_runner(calls=calls), out=io.StringIO()) == 0
+    assert sorted(calls) == sorted(f"{v} seed{k}" for v in ("patch_size=1", "patch_size=2", "patch_size=4") for k in (2, 4))
+    seeds = {p.name for p in (root / "vit/patch_size-smoke").glob("*/seed*")}
+    assert seeds == {"seed2", "seed4"}
+    plan = make_plan("vit/patch_size", "smoke", seeds=[2, 4], root=root)
+    assert plan.seeds == [2, 4]
+    assert plan.sweep_command().split()[5:9] == ["--seed", "2", "--seed", "4"]
+    assert make_plan("vit/patch_size", "smoke", seeds=[0, 1, 2]).sweep_command().endswith("--seeds 3")  # a range: the count
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--seed", "-1"], "--seed -1 is negative; seeds are 0, 1, 2, ..."),
+    (["--seed", "3", "--seed", "3"], "--seed 3 is given twice; give each seed once"),
+])  # fmt: skip
+def test_bad_seed_options_are_usage_errors(tmp_path, argv, message):
+    calls = []
+    for main, kwargs in ((sweep_main, {"runner": fake_runner(calls=calls), "out": io.StringIO()}), (report_main, {})):
+        with pytest.raises(UsageError, match=re.escape(message)):
+            main(["vit/patch_size", "--profile", "smoke", *argv, "--root", str(tmp_path / "runs")], **kwargs)
+    assert calls == [] and not (tmp_path / "runs").exists()
+    with pytest.raises(SystemExit):  # argparse: --seeds and --seed exclude each other
+        sweep_main(["vit/patch_size", "--profile", "smoke", "--seeds", "2", "--seed", "2", "--dry-run"])
+    with pytest.raises(SweepError, match="distinct seeds >= 0"):
+        make_plan("vit/patch_size", "smoke", seeds=[1, 1])
 
 
 def test_make_plan_takes_jobs_zero_as_given_not_as_the_default():

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from reproductions.run.rundir import ReportLock
-from reproductions.sweeping.plan import check_counts, make_plan
+from reproductions.sweeping.plan import add_seed_options, chosen_seeds, make_plan
 from reproductions.sweeping.records import REGISTRY_DIR, records_of
 from reproductions.sweeping.sweep_report import write_comparison, write_report
 from reproductions.sweeping.spec import DEFAULT_PROFILE, SweepError, profiles_help
@@ -36,7 +36,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     p.add_argument("sweep", help="a sweep name (vit/position) or a sweep YAML file")
     p.add_argument("--profile", action="append", default=None,
                    help=f"one of the sweep's profiles, listed below (default {DEFAULT_PROFILE}); give it twice or more to compare profiles side by side")
-    p.add_argument("--seeds", type=int, default=None, help="the planned seeds 0..N-1, N >= 1 (default: the profile's)")
+    add_seed_options(p, "the planned")
     p.add_argument("--root", default="runs")
     p.add_argument("--experiment", default=None, help="experiment name (default <sweep>-<profile>)")
     p.add_argument("--wandb", action="store_true", help="also log the table and figures to W&B (the sweep's group)")
@@ -45,10 +45,10 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
                    help="the results registry whose records are the reference (default: the repository's results/)")
     p.add_argument("--no-reference", action="store_true", help="your runs alone, without the registry's reference beside them")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
-    check_counts(seeds=args.seeds)  # a UsageError: one ``error:`` line, exit status 2
+    seeds = chosen_seeds(args)  # a UsageError: one ``error:`` line, exit status 2
     profiles = list(dict.fromkeys(args.profile or [DEFAULT_PROFILE]))
     try:
-        plans = [make_plan(args.sweep, p, seeds=args.seeds, root=args.root, experiment=args.experiment if len(profiles) == 1 else None)
+        plans = [make_plan(args.sweep, p, seeds=seeds, root=args.root, experiment=args.experiment if len(profiles) == 1 else None)
                  for p in profiles]  # fmt: skip
     except SweepError as e:
         print(f"error: {e}", file=sys.stderr)

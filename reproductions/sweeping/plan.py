@@ -60,6 +60,32 @@ def check_counts(**counts: int | None) -> None:
             raise UsageError(f"--{name} {value} is not a positive number; {COUNT_HINTS[name]}")
 
 
+def add_seed_options(parser: Any, verb: str) -> None:
+    """``--seeds N`` (seeds 0..N-1) or ``--seed K`` (repeatable: those seeds alone), on ``repro
+    sweep`` and ``repro report``. ``--seed`` adds seeds to a sweep whose other seeds are already
+    run or recorded, without training those again."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--seeds", type=int, default=None, help=f"{verb} seeds 0..N-1, N >= 1 (default: the profile's)")
+    group.add_argument("--seed", type=int, action="append", default=None, metavar="K",
+                       help=f"{verb} seed K alone; repeat it for several (--seed 2 --seed 3), e.g. to add a seed "
+                            "to runs already recorded")
+
+
+def chosen_seeds(args: Any) -> int | list[int] | None:
+    """What ``add_seed_options`` parsed, checked: a count, a list of seeds, or None (the profile's).
+    A bad value is a ``UsageError`` naming it."""
+    check_counts(seeds=args.seeds)
+    if args.seed is None:
+        return args.seeds
+    bad = [k for k in args.seed if k < 0]
+    if bad:
+        raise UsageError(f"--seed {bad[0]} is negative; seeds are 0, 1, 2, ...")
+    repeated = sorted({k for k in args.seed if args.seed.count(k) > 1})
+    if repeated:
+        raise UsageError(f"--seed {repeated[0]} is given twice; give each seed once")
+    return list(args.seed)
+
+
 def cli_value(value: Any) -> str:
     """An override value as one command-line word that jsonargparse parses back to ``value``."""
     if isinstance(value, str):
@@ -154,7 +180,10 @@ class Plan:
             name = _display_path(self.sweep.path)
         parts = ["repro", command, name, "--profile", self.profile.name]
         if self.seeds != (self.profile.seeds or self.sweep.seeds):
-            parts += ["--seeds", str(len(self.seeds))] if self.seeds == list(range(len(self.seeds))) else []
+            if self.seeds == list(range(len(self.seeds))):
+                parts += ["--seeds", str(len(self.seeds))]
+            else:
+                parts += [word for seed in self.seeds for word in ("--seed", str(seed))]
         if self.root != Path("runs"):
             parts += ["--root", str(self.root)]
         if self.experiment != default_experiment(self.sweep, self.profile.name):
@@ -178,7 +207,7 @@ def make_plan(
     sweep: Sweep | str | os.PathLike,
     profile: str = DEFAULT_PROFILE,
     *,
-    seeds: int | None = None,
+    seeds: int | Sequence[int] | None = None,
     root: str | os.PathLike = "runs",
     experiment: str | None = None,
     launcher: str = "local",
@@ -199,12 +228,19 @@ def make_plan(
     prof = sweep.profile(profile)
     if prof.report:  # the profile's report keys win: every reader of plan.sweep.report sees them
         sweep = replace(sweep, report={**sweep.report, **prof.report})
-    if seeds is not None and seeds < 1:
+    if isinstance(seeds, int) and seeds < 1:
         raise SweepError(f"seeds={seeds} must be at least 1")
+    if seeds is not None and not isinstance(seeds, int):
+        seeds = list(seeds)
+        if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
+            raise SweepError(f"seeds {seeds} must be distinct seeds >= 0, at least one")
     if jobs is not None and jobs < 1:
         raise SweepError(f"jobs={jobs} must be at least 1")
     base = resolve_base(sweep, prof.base or sweep.base)
-    seed_list = list(range(seeds)) if seeds is not None else (prof.seeds or sweep.seeds)
+    if seeds is None:
+        seed_list = prof.seeds or sweep.seeds
+    else:
+        seed_list = list(range(seeds)) if isinstance(seeds, int) else seeds
     variants = prof.variants or sweep.variants
     experiment = experiment or default_experiment(sweep, profile)
     root = Path(root)
