@@ -92,6 +92,26 @@ def test_seed_option_runs_those_seeds_alone_and_the_report_names_them(tmp_path):
     assert make_plan("vit/patch_size", "smoke", seeds=[0, 1, 2]).sweep_command().endswith("--seeds 3")  # a range: the count
 
 
+def test_variant_option_runs_those_variants_alone(tmp_path, capsys):
+    root = tmp_path / "runs"
+    calls = []
+    argv = ["vit/patch_size", "--profile", "smoke", "--variant", "patch_size=4", "--root", str(root), "--no-report"]
+    assert sweep_main(argv, runner=fake_runner(calls=calls), out=io.StringIO()) == 0
+    assert calls == ["patch_size=4 seed0"]
+    plan = make_plan("vit/patch_size", "smoke", only=["patch_size=4", "patch_size=1"], root=root)
+    order = [v.name for v in make_plan("vit/patch_size", "smoke").variants]
+    kept = [name for name in order if name in ("patch_size=1", "patch_size=4")]
+    assert [v.name for v in plan.variants] == kept  # the sweep's order, not the options'
+    assert plan.sweep_command().split()[5:9] == ["--variant", kept[0], "--variant", kept[1]]
+    every = make_plan("vit/patch_size", "smoke", only=["patch_size=1", "patch_size=2", "patch_size=4"])
+    assert "--variant" not in every.sweep_command()  # all of them: the plain command
+    assert sweep_main(["vit/patch_size", "--profile", "smoke", "--variant", "patch_size=3", "--root", str(root),
+                       "--dry-run"]) == 2  # fmt: skip
+    assert ("--variant 'patch_size=3' is not a variant of vit/patch_size at profile smoke; "
+            f"its variants: {', '.join(order)}") in capsys.readouterr().err
+    assert report_main(["vit/patch_size", "--profile", "smoke", "--variant", "nonesuch", "--root", str(root)]) == 2
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--seed", "-1"], "--seed -1 is negative; seeds are 0, 1, 2, ..."),
     (["--seed", "3", "--seed", "3"], "--seed 3 is given twice; give each seed once"),

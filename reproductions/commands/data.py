@@ -22,7 +22,6 @@ Errors (an undecodable file, a gated dataset without a token, no network) are pr
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from reproductions.run.rundir import ReportLock
-from reproductions.sweeping.plan import add_seed_options, chosen_seeds, make_plan
+from reproductions.sweeping.plan import add_seed_options, add_variant_option, chosen_seeds, make_plan
 from reproductions.sweeping.records import REGISTRY_DIR, records_of
 from reproductions.sweeping.sweep_report import write_comparison, write_report
 from reproductions.sweeping.spec import DEFAULT_PROFILE, SweepError, profiles_help
@@ -37,6 +37,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     p.add_argument("--profile", action="append", default=None,
                    help=f"one of the sweep's profiles, listed below (default {DEFAULT_PROFILE}); give it twice or more to compare profiles side by side")
     add_seed_options(p, "the planned")
+    add_variant_option(p, "report")
     p.add_argument("--root", default="runs")
     p.add_argument("--experiment", default=None, help="experiment name (default <sweep>-<profile>)")
     p.add_argument("--wandb", action="store_true", help="also log the table and figures to W&B (the sweep's group)")
@@ -48,7 +49,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     seeds = chosen_seeds(args)  # a UsageError: one ``error:`` line, exit status 2
     profiles = list(dict.fromkeys(args.profile or [DEFAULT_PROFILE]))
     try:
-        plans = [make_plan(args.sweep, p, seeds=seeds, root=args.root, experiment=args.experiment if len(profiles) == 1 else None)
+        plans = [make_plan(args.sweep, p, seeds=seeds, only=args.only, root=args.root, experiment=args.experiment if len(profiles) == 1 else None)
                  for p in profiles]  # fmt: skip
     except SweepError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -1,6 +1,6 @@
 """``repro sweep``: run an ablation grid, variant x seed, each in its own run directory.
 
-    repro sweep vit/position --profile cpu [--seeds N | --seed K ...] [--dry-run]
+    repro sweep vit/position --profile cpu [--seeds N | --seed K ...] [--variant NAME ...] [--dry-run]
         [--launcher local|torchrun|slurm] [--devices N] [--jobs J] [--root runs] [--wandb [--log-model]] [--reuse]
         [-- extra CLI overrides for every run]
 
@@ -36,7 +36,7 @@ from typing import TextIO
 from reproductions.run.errors import UsageError
 from reproductions.run.rundir import ReportLock
 from reproductions.sweeping.launch import execute, format_duration, last_error, slurm_script, subprocess_runner
-from reproductions.sweeping.plan import LAUNCHERS, add_seed_options, check_counts, chosen_seeds, make_plan
+from reproductions.sweeping.plan import LAUNCHERS, add_seed_options, add_variant_option, check_counts, chosen_seeds, make_plan
 from reproductions.sweeping.publish import log_references
 from reproductions.sweeping.records import SMOKE_PROFILE, records_of
 from reproductions.sweeping.sweep_report import write_report
@@ -68,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("sweep", help="a sweep name (vit/position) or a sweep YAML file")
     p.add_argument("--profile", default=DEFAULT_PROFILE, help=f"the scale: one of the sweep's profiles, listed below (default {DEFAULT_PROFILE})")
     add_seed_options(p, "run")
+    add_variant_option(p, "run")
     p.add_argument("--dry-run", action="store_true", help="print the commands (or the slurm script); run nothing")
     p.add_argument("--launcher", choices=LAUNCHERS, default="local")
     p.add_argument("--devices", type=int, default=None, help="devices per run, >= 1 (--trainer.devices; ddp when > 1)")
@@ -111,7 +112,7 @@ def main(argv: Sequence[str] | None = None, *, runner=subprocess_runner, out: Te
     seeds = chosen_seeds(args)
     try:
         plan = make_plan(
-            args.sweep, args.profile, seeds=seeds, root=args.root, experiment=args.experiment,
+            args.sweep, args.profile, seeds=seeds, only=args.only, root=args.root, experiment=args.experiment,
             launcher=args.launcher, devices=args.devices, wandb=args.wandb, project=args.project, extra=extra,
             jobs=args.jobs,
         )  # fmt: skip

@@ -71,6 +71,12 @@ def add_seed_options(parser: Any, verb: str) -> None:
                             "to runs already recorded")
 
 
+def add_variant_option(parser: Any, verb: str) -> None:
+    """``--variant NAME`` (repeatable) on ``repro sweep`` and ``repro report``: those variants alone."""
+    parser.add_argument("--variant", action="append", default=None, metavar="NAME", dest="only",
+                        help=f"{verb} variant NAME alone; repeat it for several (default: every variant of the profile)")
+
+
 def chosen_seeds(args: Any) -> int | list[int] | None:
     """What ``add_seed_options`` parsed, checked: a count, a list of seeds, or None (the profile's).
     A bad value is a ``UsageError`` naming it."""
@@ -184,6 +190,9 @@ class Plan:
                 parts += ["--seeds", str(len(self.seeds))]
             else:
                 parts += [word for seed in self.seeds for word in ("--seed", str(seed))]
+        every = self.profile.variants or self.sweep.variants
+        if len(self.variants) < len(every):
+            parts += [word for v in self.variants for word in ("--variant", v.name)]
         if self.root != Path("runs"):
             parts += ["--root", str(self.root)]
         if self.experiment != default_experiment(self.sweep, self.profile.name):
@@ -217,6 +226,7 @@ def make_plan(
     extra: Sequence[str] = (),
     jobs: int | None = None,
     python: str = sys.executable,
+    only: Sequence[str] | None = None,
 ) -> Plan:
     """Expand ``sweep`` at ``profile`` into runs (variant-major, then seeds)."""
     if not isinstance(sweep, Sweep):
@@ -242,6 +252,13 @@ def make_plan(
     else:
         seed_list = list(range(seeds)) if isinstance(seeds, int) else seeds
     variants = prof.variants or sweep.variants
+    if only:
+        names = [v.name for v in variants]
+        unknown = [name for name in only if name not in names]
+        if unknown:
+            raise SweepError(f"--variant {unknown[0]!r} is not a variant of {sweep.id} at profile {profile}; "
+                             f"its variants: {', '.join(names)}")
+        variants = [v for v in variants if v.name in only]
     experiment = experiment or default_experiment(sweep, profile)
     root = Path(root)
     device_args: list[str] = []
