@@ -212,6 +212,21 @@ def resolve_base(sweep: Sweep, base: str) -> Path:
     raise SweepError(f"{sweep.path}: base config {base!r} not found (looked under {REPO_ROOT} and {sweep.path.parent})")
 
 
+def _seed_list(seeds: int | Sequence[int] | None, default: list[int]) -> list[int]:
+    """The seeds a plan runs: ``default`` (the profile's) for None, ``0..n-1`` for a count ``n``,
+    else the given distinct non-negative seeds; SweepError for anything else."""
+    if seeds is None:
+        return default
+    if isinstance(seeds, int):
+        if seeds < 1:
+            raise SweepError(f"seeds={seeds} must be at least 1")
+        return list(range(seeds))
+    chosen = list(seeds)
+    if not chosen or any(s < 0 for s in chosen) or len(set(chosen)) != len(chosen):
+        raise SweepError(f"seeds {chosen} must be distinct seeds >= 0, at least one")
+    return chosen
+
+
 def make_plan(
     sweep: Sweep | str | os.PathLike,
     profile: str = DEFAULT_PROFILE,
@@ -238,19 +253,10 @@ def make_plan(
     prof = sweep.profile(profile)
     if prof.report:  # the profile's report keys win: every reader of plan.sweep.report sees them
         sweep = replace(sweep, report={**sweep.report, **prof.report})
-    if isinstance(seeds, int) and seeds < 1:
-        raise SweepError(f"seeds={seeds} must be at least 1")
-    if seeds is not None and not isinstance(seeds, int):
-        seeds = list(seeds)
-        if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
-            raise SweepError(f"seeds {seeds} must be distinct seeds >= 0, at least one")
+    seed_list = _seed_list(seeds, prof.seeds or sweep.seeds)
     if jobs is not None and jobs < 1:
         raise SweepError(f"jobs={jobs} must be at least 1")
     base = resolve_base(sweep, prof.base or sweep.base)
-    if seeds is None:
-        seed_list = prof.seeds or sweep.seeds
-    else:
-        seed_list = list(range(seeds)) if isinstance(seeds, int) else seeds
     variants = prof.variants or sweep.variants
     if only:
         names = [v.name for v in variants]
