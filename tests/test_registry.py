@@ -140,6 +140,22 @@ def test_finished_runs_of_the_definition_are_added_and_the_rest_refused_one_line
     assert rec["best"] == {"monitor": "val/acc", "score": 0.9}  # the checkpoint's path is not kept
 
 
+def test_a_run_resumed_from_its_own_checkpoint_is_the_uninterrupted_run(tmp_path, patch4_cpu):
+    """An interrupted run resumed with --ckpt_path <its dir>/checkpoints/last.ckpt resumes exactly:
+    recorded with no overrides and the definition's digest. A run started from another run's
+    checkpoint computed something else: refused, naming ckpt_path."""
+    runs, registry = tmp_path / "runs", tmp_path / "results"
+    own = runs / "vit/patch_size-cpu" / "patch_size=4" / "seed0" / "checkpoints" / "last.ckpt"
+    resumed = fake_run(runs, "vit/patch_size", "cpu", "patch_size=4", 0, config={**patch4_cpu, "ckpt_path": str(own)})
+    assert own.parent.parent == resumed
+    other = str(runs / "vit/patch_size-cpu" / "patch_size=4" / "seed0" / "checkpoints" / "last.ckpt")
+    started = fake_run(runs, "vit/patch_size", "cpu", "patch_size=4", 1, config={**patch4_cpu, "ckpt_path": other})
+    outcomes = {o.run_dir: o for o in add_runs(runs, registry)}
+    rec = read_record(outcomes[resumed].added).data
+    assert rec["overrides"] == {} and rec["config_digest"] == config_digest(patch4_cpu)
+    assert outcomes[started].added is None and "ckpt_path: " + repr(other) + " in the run, None" in outcomes[started].refused
+
+
 @pytest.mark.parametrize("field, value, message", [
     ("schema", 99, "field 'schema' is 99, this code reads schema 1"),
     ("seed", -1, "field 'seed' is -1, not a seed (integer >= 0)"),

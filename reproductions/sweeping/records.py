@@ -441,14 +441,12 @@ def add_run(run_dir: Path, registry: str | os.PathLike, existing: dict[str, Path
     if profile == SMOKE_PROFILE:
         out.refused = f"a {SMOKE_PROFILE!r} run (seconds, for tests): not a result"
         return out
-    try:
-        text = (run_dir / "config.yaml").read_text()
-    except OSError:
+    if not (run_dir / "config.yaml").is_file():
         out.refused = "no config.yaml: the run's resolved config is needed for its digest"
         return out
-    from reproductions.sweeping.reuse import load_config
+    from reproductions.sweeping.reuse import run_config
 
-    config = load_config(text)
+    config = run_config(run_dir)  # a run resumed from its own checkpoint reads as the uninterrupted run
     if config is None:
         out.refused = "its config.yaml does not parse"
         return out

@@ -97,6 +97,26 @@ def load_config(text: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def run_config(run_dir: Path) -> dict[str, Any] | None:
+    """A run directory's resolved ``config.yaml`` (None if missing or unparsable), as the run
+    computed it: a run resumed from a checkpoint in its own directory (``--ckpt_path
+    <run dir>/checkpoints/last.ckpt`` after an interruption) resumes exactly, so it has computed
+    what the uninterrupted run computes and its ``ckpt_path`` is read as unset. A ``ckpt_path``
+    elsewhere (weights from another run) is kept: that run computed something else."""
+    try:
+        config = load_config((Path(run_dir) / CONFIG_FILE).read_text())
+    except OSError:
+        return None
+    ckpt = config.get("ckpt_path") if config else None
+    if ckpt:
+        try:
+            Path(ckpt).resolve().relative_to(Path(run_dir).resolve())
+        except ValueError:
+            return config
+        config = {**config, "ckpt_path": None}
+    return config
+
+
 def finished_runs(root: Path, exclude: Sequence[Path] = ()) -> dict[str, list[Path]]:
     """config key -> run directories, for every finished run under ``root`` with a
     ``config.yaml`` (``<...>/seed<k>/``; a ``validate``/``test`` subdirectory is not a run; runs
@@ -107,7 +127,7 @@ def finished_runs(root: Path, exclude: Sequence[Path] = ()) -> dict[str, list[Pa
         run_dir = results.parent
         if not run_dir.name.startswith("seed") or run_dir.resolve() in skip or not (run_dir / CONFIG_FILE).is_file() or read_results(run_dir) is None:
             continue
-        config = load_config((run_dir / CONFIG_FILE).read_text())
+        config = run_config(run_dir)
         if config is not None:
             index.setdefault(config_key(config), []).append(run_dir)
     return index
