@@ -15,6 +15,7 @@ from reproductions.run.results import RESULTS_FILE, atomic_write_json
 from reproductions.commands.sweep import main as sweep_main
 from reproductions.sweeping.launch import (
     estimate_remaining,
+    execute,
     format_duration,
     progress_line,
     run_env,
@@ -171,6 +172,29 @@ def test_a_run_another_process_holds_is_left_alone_and_reported_as_held(tmp_path
     assert not (busy.run_dir / RESULTS_FILE).exists()
     assert f"{len(plan.runs) - 1} finished, 0 failed" in text and "1 held by another process" in text
     assert f"{busy.run_dir} in use by pid {holder.pid}" in text, text
+
+
+def test_a_run_another_sweep_finished_after_the_plan_is_not_run_again(tmp_path):
+    """Two sweeps of one root share its runs: a run that another process finished after this
+    sweep planned it is counted finished, not trained (and overwritten) a second time."""
+    import io
+
+    from tests.sweep_helpers import fake_runner
+
+    plan = make_plan(load_sweep("vit/patch_size"), "smoke", root=tmp_path / "runs")
+    first, second = plan.runs[0], plan.runs[1]
+    calls, out = [], io.StringIO()
+    train = fake_runner(calls=calls)
+
+    def runner(run, env):  # while this sweep trains the first run, another one finishes the second
+        if run is first:
+            train(second, env)
+        return train(run, env)
+
+    outcomes = execute(plan, plan.runs, runner=runner, out=out)
+    assert calls.count(second.label) == 1 and len(calls) == len(plan.runs)  # once, by "the other sweep"
+    assert all(o.finished and not o.failed for o in outcomes)
+    assert f"done {second.label} meanwhile by another process; not run again" in out.getvalue()
 
 
 def test_the_run_a_sweep_starts_continues_under_the_sweeps_lock(tmp_path):

@@ -8,7 +8,9 @@ write). A run whose ``results.json`` says finished counts as done; a failed run 
 never stops the others, and is listed with the most telling line of its log (``last_error``).
 A run's files are touched only under its lock (``reproductions/run/rundir.py``): the launcher takes
 it before writing the log and holds it for the run it starts; a run whose lock another process
-holds (a second sweep of the same root) is left alone, its log untouched, and reported as held.
+holds (a second sweep of the same root) is left alone, its log untouched, and reported as held,
+and a run that another process finished after this plan was made is not run again, so two sweeps
+of the same root share its runs.
 
 Why a hand-written runner rather than W&B sweeps (or another scheduler): a W&B sweep needs a
 W&B server to hand out the grid, and the runs must work offline; here each run is a plain CLI
@@ -178,6 +180,13 @@ def execute(
                 outcomes.append(outcome)
             say(f"{line}\n    HELD {run.label}: {run.run_dir} is in use by {outcome.held_by}; not run here, "
                 "its files left as they are")
+            return outcome
+        if read_results(run.run_dir) is not None:  # finished meanwhile by another sweep of this root
+            run_lock.release()
+            outcome = RunOutcome(run, 0, 0.0, True)
+            with lock:
+                outcomes.append(outcome)
+            say(f"{line}\n    done {run.label} meanwhile by another process; not run again")
             return outcome
         say(f"{line}\n    log: {run.log_path}")
         try:
