@@ -148,7 +148,7 @@ def test_a_run_resumed_from_its_own_checkpoint_is_the_uninterrupted_run(tmp_path
     own = runs / "vit/patch_size-cpu" / "patch_size=4" / "seed0" / "checkpoints" / "last.ckpt"
     resumed = fake_run(runs, "vit/patch_size", "cpu", "patch_size=4", 0, config={**patch4_cpu, "ckpt_path": str(own)})
     assert own.parent.parent == resumed
-    other = str(runs / "vit/patch_size-cpu" / "patch_size=4" / "seed0" / "checkpoints" / "last.ckpt")
+    other = str(own)  # seed 0's checkpoint, given to seed 1: another run's
     started = fake_run(runs, "vit/patch_size", "cpu", "patch_size=4", 1, config={**patch4_cpu, "ckpt_path": other})
     outcomes = {o.run_dir: o for o in add_runs(runs, registry)}
     rec = read_record(outcomes[resumed].added).data

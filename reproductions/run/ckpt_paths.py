@@ -57,6 +57,16 @@ def hpc_checkpoint(run_dir: Path) -> Path | None:
     return hpc[-1] if hpc else None
 
 
+def in_run_dir(ckpt_path, run_dir: Path) -> bool:
+    """Whether ``ckpt_path`` is a file path inside ``run_dir``: fit resumes that run exactly (a
+    checkpoint elsewhere is another run's, whose weights start this one afresh)."""
+    try:
+        Path(ckpt_path).resolve().relative_to(Path(run_dir).resolve())
+    except ValueError:
+        return False
+    return True
+
+
 def resume_point(ckpt_path, run_dir: Path, *, requeued: bool) -> tuple[Path | None, int | None]:
     """``(checkpoint fit resumes in run_dir, its logging step)``; ``(None, None)`` for a fresh run
     (no checkpoint, or another run's). ``requeued``: a SLURM job, which resumes its hpc checkpoint."""
@@ -68,9 +78,7 @@ def resume_point(ckpt_path, run_dir: Path, *, requeued: bool) -> tuple[Path | No
             ckpt_path = str(hpc)
     if not ckpt_path or not Path(ckpt_path).is_file():
         return None, None
-    try:
-        Path(ckpt_path).resolve().relative_to(Path(run_dir).resolve())
-    except ValueError:
+    if not in_run_dir(ckpt_path, run_dir):
         return None, None  # another run's checkpoint: this one starts fresh from it
     if step is None:
         step = checkpoint_step(read_checkpoint(ckpt_path))

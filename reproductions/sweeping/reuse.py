@@ -103,17 +103,15 @@ def run_config(run_dir: Path) -> dict[str, Any] | None:
     <run dir>/checkpoints/last.ckpt`` after an interruption) resumes exactly, so it has computed
     what the uninterrupted run computes and its ``ckpt_path`` is read as unset. A ``ckpt_path``
     elsewhere (weights from another run) is kept: that run computed something else."""
+    from reproductions.run.ckpt_paths import in_run_dir
+
     try:
         config = load_config((Path(run_dir) / CONFIG_FILE).read_text())
     except OSError:
         return None
     ckpt = config.get("ckpt_path") if config else None
-    if ckpt:
-        try:
-            Path(ckpt).resolve().relative_to(Path(run_dir).resolve())
-        except ValueError:
-            return config
-        config = {**config, "ckpt_path": None}
+    if ckpt and in_run_dir(ckpt, run_dir):
+        return {**config, "ckpt_path": None}
     return config
 
 
