@@ -181,15 +181,15 @@ def copy_run(finished: Path, tmp_path: Path) -> tuple[Path, Path]:
     return root, root / RUN
 
 
-def build_only(args: list[str]):
-    """ReproductionCLI up to the instantiated classes (the Trainer's own config, not a Trainer:
-    Lightning's FSDP refuses a CPU-only machine at Trainer construction)."""
+def build_only(args: list[str], trainer: bool = False):
+    """ReproductionCLI up to the instantiated classes; ``trainer``: a Trainer too, else the
+    Trainer's own config (Lightning's FSDP refuses a CPU-only machine at Trainer construction)."""
     from reproductions.run.cli import ReproductionCLI
 
     class BuildOnly(ReproductionCLI):
         def instantiate_trainer(self, **kwargs):
             self.trainer_config = self._get(self.config_init, "trainer")
-            return None
+            return super().instantiate_trainer(**kwargs) if trainer else None
 
         def _run_subcommand(self, subcommand):
             pass

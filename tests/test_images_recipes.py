@@ -4,8 +4,6 @@ the CPU-sized 32 px recipe on a 32 px folder; and the sweeps' imagenet profiles 
 
 from __future__ import annotations
 
-import contextlib
-import io
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +13,7 @@ from PIL import Image
 
 from reproductions.run.cli import main as cli_main
 from reproductions.run.results import RESULTS_FILE
-from tests.cli_helpers import QUIET
+from tests.cli_helpers import QUIET, build_only
 from tests.images_helpers import isolated  # noqa: F401
 
 REPO = Path(__file__).resolve().parents[1]
@@ -75,19 +73,13 @@ def test_the_cpu_32px_recipe_fast_dev_runs_on_a_tiny_32px_folder(tmp_path):
 @pytest.mark.parametrize("sweep", ["vit/position", "vit/patch_size", "vit/pooling"])
 def test_the_imagenet_profiles_build_through_the_cli(sweep, tmp_path):
     """The first run of each sweep's imagenet profile parses and instantiates (no training, no data read)."""
-    from reproductions.run.cli import ReproductionCLI
     from reproductions.sweeping.plan import make_plan
-
-    class BuildOnly(ReproductionCLI):
-        def _run_subcommand(self, subcommand):
-            pass
 
     folder = tiny_folder(tmp_path / "imagenet", ("train", "val"), (20, 26), per_class=1)
     plan = make_plan(sweep, "imagenet", root=tmp_path / "runs", seeds=1)
     assert plan.runs and all("imagenet" in Path(r.args[2]).name for r in plan.runs)
     run = plan.runs[-1]
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        cli = BuildOnly(args=[*run.args, "--data.data_dir", str(folder), "--data.cache_dir", str(tmp_path / "cache")])
+    cli = build_only([*run.args, "--data.data_dir", str(folder), "--data.cache_dir", str(tmp_path / "cache")], trainer=True)
     cfg = cli.config["fit"].as_dict()
     assert cfg["trainer"]["precision"] == "bf16-mixed" and cfg["model"]["init_args"]["compile"] is True
     assert cli.model.net.num_classes == 1000 and cli.datamodule.augment == "random_resized_crop"

@@ -3,8 +3,6 @@ every profile, the papers' grids and numbers, the expansion rules, and bad files
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import re
 from pathlib import Path
@@ -17,6 +15,7 @@ from reproductions.commands.sweep import main as sweep_main
 from reproductions.sweeping.plan import cli_value, make_plan
 from reproductions.sweeping.estimate import resolved_config
 from reproductions.sweeping.spec import SweepError, load_sweep
+from tests.cli_helpers import build_only
 from tests.images_helpers import write_folder
 from tests.sweep_helpers import REPO, SWEEPS, config_value, sets, write_sweep
 
@@ -103,12 +102,6 @@ def test_every_profile_builds_through_the_cli(sweep, profile, tmp_path):
     """Every run of every profile a user runs (cpu, gpu, the real-data ones) parses and instantiates (model, data, trainer) through
     ReproductionCLI without training: keys, types and the model's own checks (patch divides image,
     valid kind/placement) hold. CIFAR is not downloaded: nothing reads data before fit."""
-    from reproductions.run.cli import ReproductionCLI
-
-    class BuildOnly(ReproductionCLI):
-        def _run_subcommand(self, subcommand):
-            pass
-
     def plan_overrides(sweep, profile):
         s = load_sweep(sweep)
         return {**s.overrides, **s.profile(profile).overrides}
@@ -122,8 +115,7 @@ def test_every_profile_builds_through_the_cli(sweep, profile, tmp_path):
         write_folder(tmp_path / "images", classes=[f"c{i}" for i in range(10)], per_class=1, size=(32, 32))
         extra, replaced = ["--data.data_dir", str(tmp_path / "images")], {"data.init_args.data_dir"}
     for run in make_plan(sweep, profile, root=tmp_path, seeds=1, extra=extra).runs:  # seeds differ only in one number
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            cli = BuildOnly(args=run.args)
+        cli = build_only(run.args, trainer=True)
         cfg = cli.config["fit"].as_dict()
         for key, value in {**plan_overrides(sweep, profile), **run.variant.overrides}.items():
             assert key in replaced or sets(config_value(cfg, key), value), (sweep, run.label, key)
