@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -405,8 +406,11 @@ def test_two_process_ddp_matches_one_process(tmp_path):
             clock = [float(r["time/fit_elapsed_s"]) for r in rows if r.get("time/fit_elapsed_s")]
             assert clock == sorted(clock) and 0 < clock[-1] <= results[2]["training"]["fit_time_s"] + 1e-6
             # train/samples_per_sec: the sum of the processes' rates, the job's (not one process's) rate
+            # (the median window: one window's rate swings with what else the cores run; one process's
+            # rate, or both counted twice, would be a factor of 2 off)
             rates = [float(r["train/samples_per_sec"]) for r in rows if r.get("train/samples_per_sec")]
-            assert 0.6 < rates[-1] / results[2]["training"]["samples_per_sec"] < 1.6
+            ratio = statistics.median(rates) / results[2]["training"]["samples_per_sec"]
+            assert 0.6 < ratio < 1.6, (rates, results[2]["training"]["samples_per_sec"])
         else:
             assert shards[0]["batch_size"] == 64
     one, two = results[1], results[2]
