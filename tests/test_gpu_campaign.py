@@ -154,10 +154,13 @@ def test_smoke_campaign_stops_at_the_budget_and_continues(tmp_path):
         if label in finished:
             assert not list(run_dir.rglob("*.ckpt"))  # the finished runs' checkpoints are removed
     assert "gpu_campaign: " in first.stdout and "run the campaign again to continue" in first.stdout
-    for line in (out / "runs.log").read_text().splitlines():  # a run stopped while running: not finished
-        if line.strip().startswith("stopping "):
+    for line in (out / "runs.log").read_text().splitlines():  # a run stopped while running: not finished,
+        if line.strip().startswith("stopping "):  # unless its results were whole before the signal came
             cut = " ".join(line.split()[1:3])  # "patch_size=2 seed0"
-            assert [r["status"] for label, r in runs.items() if label.endswith(f" {cut}")] != ["finished"], line
+            (r,) = [r for label, r in runs.items() if label.endswith(f" {cut}")]
+            if r["status"] == "finished":  # every planned step trained, tested, results written: then stopped
+                results = json.loads((Path(r["run_dir"]) / "results.json").read_text())
+                assert results["training"]["steps"] == 2 and "test/acc" in results["test"], (line, results)
     stages = dict(line.split("\t")[:2] for line in (out / "stages.tsv").read_text().splitlines())
     assert stages["preflight"] == "0" and stages["data"] == "0" and stages["runs"] == "3"
 
