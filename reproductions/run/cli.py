@@ -74,9 +74,11 @@ from reproductions.run.run_config import SaveAndLogConfig, count_limits_as_ints
 from reproductions.run.rundir import (
     RunDirLock,
     check_root,
+    existing_run_dir,
     experiment_name,
     finished_results,
     is_rank_zero,
+    recorded_experiment,
     stale_checkpoints,
 )
 from reproductions.run.signals import StopAtTheSameStep, StopSignals, slurm_requeue
@@ -162,8 +164,15 @@ class ReproductionCLI(RecordsFailures, WritesResults, LightningCLI):
         self.experiment = run.experiment or experiment_name(cfg.get("config") or [])
         self.seed = int(cfg.seed_everything)
         self.run_dir = Path(run.root) / self.experiment / run.variant / f"seed{self.seed}"
+        # a run's own checkpoint or config.yaml: that run, where it lies now (never its copied run.root)
+        existing = existing_run_dir(self.subcommand, cfg.get("ckpt_path"), cfg.get("config") or [])
+        if existing is not None:
+            self.run_dir = existing
+            self.experiment = recorded_experiment(existing) or self.experiment
         self.log_dir = self.run_dir if self.subcommand == "fit" else self.run_dir / self.subcommand
-        check_root(run.root, self.log_dir)
+        check_root(run.root if existing is None else existing, self.log_dir)
+        if self.subcommand != "fit" and is_rank_zero():
+            print(f"{self.subcommand}: writing into {self.log_dir}", file=sys.stderr, flush=True)
         if not run.rendezvous_timeout > 0:
             raise UsageError(f"--run.rendezvous_timeout={run.rendezvous_timeout} must be > 0 (seconds a multi-process "
                              "run waits for all its processes at the start)")

@@ -19,6 +19,14 @@ refused as before, so two sweeps of one root never write into one run.
 
 Overwrite. ``fit`` into a directory whose ``results.json`` says ``finished`` refuses unless
 ``--run.overwrite true``; resuming the run's own checkpoint is allowed (it continues that run).
+
+Where an existing run lies (``existing_run_dir``). A folder holding two of ``config.yaml``,
+``results.json`` and ``checkpoints/`` is a run directory. ``validate``/``test``/``predict`` on a
+checkpoint ``<dir>/checkpoints/x.ckpt`` of one, or with its ``<dir>/config.yaml``, act on that
+directory where it lies now, never on the ``run.root`` its copied config names (a moved run would
+write into the old place, maybe into another run there); ``fit`` does so when its config and its
+checkpoint lie in the same run directory (resuming a moved run). Otherwise the run directory is
+``<run.root>/<experiment>/<variant>/seed<k>/``.
 """
 
 from __future__ import annotations
@@ -265,6 +273,55 @@ def stale_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
         return []
     return sorted([*folder.glob("best-*.ckpt"), *folder.glob("last.ckpt"), *folder.glob("last-v*.ckpt"),
                    *folder.glob(".*.tmp")])
+
+
+#: what a run directory holds; a folder with two of them is one (``is_run_dir``)
+RUN_MARKERS = ("config.yaml", "results.json", "checkpoints")
+
+
+def is_run_dir(folder: str | os.PathLike) -> bool:
+    """Whether ``folder`` holds a run: two of its config.yaml, results.json and checkpoints/."""
+    return sum((Path(folder) / name).exists() for name in RUN_MARKERS) >= 2
+
+
+def checkpoint_run_dir(ckpt_path) -> Path | None:
+    """``<run dir>/checkpoints/x.ckpt`` -> ``<run dir>``, where it lies; None for a checkpoint
+    elsewhere, a keyword (``last``) or none."""
+    if not ckpt_path:
+        return None
+    path = Path(str(ckpt_path))
+    if path.parent.name != "checkpoints" or not is_run_dir(path.parent.parent):
+        return None
+    return path.parent.parent
+
+
+def config_run_dir(config_paths: list) -> Path | None:
+    """The run directory whose own ``config.yaml`` is among ``config_paths`` (the last such), or None."""
+    for p in reversed(list(config_paths or [])):
+        path = Path(str(p))
+        if path.name == "config.yaml" and is_run_dir(path.parent):
+            return path.parent
+    return None
+
+
+def existing_run_dir(subcommand: str, ckpt_path, config_paths: list) -> Path | None:
+    """The run directory a command acts on, taken from where its checkpoint or its config lies (see
+    the module docstring); None: the run directory is the one ``run.root`` and the names make."""
+    by_ckpt, by_config = checkpoint_run_dir(ckpt_path), config_run_dir(config_paths)
+    if subcommand == "fit":  # a checkpoint alone may be another run's, whose weights start a new run
+        if by_ckpt is None or by_config is None or by_ckpt.resolve() != by_config.resolve():
+            return None
+    return by_ckpt or by_config
+
+
+def recorded_experiment(run_dir: str | os.PathLike) -> str | None:
+    """The experiment the run in ``run_dir`` recorded in its results.json, or None."""
+    try:
+        data = json.loads((Path(run_dir) / "results.json").read_text())
+    except (OSError, ValueError):
+        return None
+    experiment = data.get("experiment") if isinstance(data, dict) else None
+    return experiment if isinstance(experiment, str) and experiment else None
 
 
 def experiment_name(config_paths: list) -> str:
