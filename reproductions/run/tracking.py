@@ -377,9 +377,10 @@ def _logger_class():
 
 def run_logger(*, project: str, group: str, name: str, tags: list[str], log_dir: Path, job_type: str,
                id_dir: Path | None, fresh: bool = False, config: dict[str, Any] | None = None):
-    """The W&B logger of a run that writes into ``log_dir`` (see the module docstring)."""
+    """The W&B logger of a run that writes into ``log_dir`` (see the module docstring). W&B is given the
+    folder by absolute path: the ``wandb sync <folder>`` it prints at the end works from any directory."""
     return _logger_class()(
-        project=project, group=group, name=name, tags=tags, save_dir=str(log_dir), job_type=job_type,
+        project=project, group=group, name=name, tags=tags, save_dir=str(Path(log_dir).absolute()), job_type=job_type,
         mode=None, id_dir=id_dir, fresh=fresh, config=config,  # chosen and said by init_run
         # a run left open in this process (an earlier in-process run, a notebook) is closed first;
         # wandb's default would hand that old run back instead
