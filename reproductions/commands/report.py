@@ -19,7 +19,7 @@ from typing import TextIO
 
 from reproductions.run.rundir import ReportLock
 from reproductions.sweeping.plan import add_seed_options, add_variant_option, chosen_seeds, make_plan
-from reproductions.sweeping.records import REGISTRY_DIR, records_of
+from reproductions.sweeping.records import REGISTRY_DIR, RecordError, records_of
 from reproductions.sweeping.sweep_report import write_comparison, write_report
 from reproductions.sweeping.spec import DEFAULT_PROFILE, SweepError, profiles_help
 
@@ -65,7 +65,14 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
             return 1
         write_comparison(plans, out=out)
         return 0
-    plan = plans[0]
+    try:
+        return _report(plans[0], args, argv, out)
+    except RecordError as e:  # a bad record in the registry: bad input, as repro claims and repro registry check say
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _report(plan, args: argparse.Namespace, argv: Sequence[str] | None, out: TextIO) -> int:
     registry = None if args.no_reference else args.registry
     if not plan.experiment_dir.is_dir() and (registry is None or not records_of(plan.sweep.id, plan.profile.name, registry)):
         print(f"error: no runs under {plan.experiment_dir}" + ("" if registry is None else " and no records of it in the registry")
