@@ -18,14 +18,19 @@ claims``, the README tables) reads the registry beside any local runs.
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from reproductions.run.errors import UsageError
+from reproductions.run.errors import RunFailed, UsageError
 from reproductions.run.results import hardware_label
-from reproductions.sweeping.records import REGISTRY_DIR, RecordError, shown_path, add_runs, read_registry, stale_records
+from reproductions.sweeping.records import REGISTRY_DIR, RecordError, add_run, read_registry, run_dirs, shown_path, stale_records
+
+#: write errors that the registry folder's place or permissions cause (a usage error: choose another
+#: folder); any other (a full disk) is a failure
+_NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EEXIST)
 
 
 def _records(registry: Path, sweep: str | None, profile: str | None):
@@ -33,15 +38,30 @@ def _records(registry: Path, sweep: str | None, profile: str | None):
             if (sweep is None or r.data["sweep"] == sweep) and (profile is None or r.data["profile"] == profile)]  # fmt: skip
 
 
+def not_writable(registry: Path, error: OSError) -> Exception:
+    """The one line for a record the registry folder would not take: it names the folder, not a temporary file."""
+    why = error.strerror or type(error).__name__
+    if error.errno in _NOT_WRITABLE:
+        return UsageError(f"the registry folder {registry} cannot be written ({why}); record into a folder you can "
+                          f"write to (repro registry add --registry DIR PATH), or make {registry} writable and add again")
+    return RunFailed(f"writing a record into the registry folder {registry} failed ({why}); the records written "
+                     "before it are kept: fix the folder and add again (recorded runs are skipped)")
+
+
 def cmd_add(args: argparse.Namespace, out: TextIO) -> int:
     added = refused = duplicates = 0
+    existing = {r.data["id"]: r.path for r in read_registry(args.registry)}
     for path in args.path:
         if not Path(path).exists():
             raise UsageError(f"{path} does not exist; give a run directory, an experiment directory or runs/")
-        outcomes = add_runs(path, args.registry, allow_changed=args.allow_changed, dry_run=args.dry_run)
-        if not outcomes:
+        found = run_dirs(path)  # each run where it lies now
+        if not found:
             raise UsageError(f"no run directories (seed<k>/ with a results.json or config.yaml) under {path}")
-        for o in outcomes:
+        for run_dir in found:
+            try:
+                o = add_run(run_dir, args.registry, existing, allow_changed=args.allow_changed, dry_run=args.dry_run)
+            except OSError as e:
+                raise not_writable(args.registry, e) from e
             if o.added is not None:
                 added += 1
                 print(f"{'would add' if args.dry_run else 'added'} {shown_path(o.added)}  <- {o.run_dir}", file=out)
@@ -133,6 +153,8 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     c.add_argument("--definitions", action="store_true", help="also check each record's sweep definition is unchanged (slower)")
     t = sub.add_parser("tables", help="regenerate the README tables from the registry", allow_abbrev=False)
     t.add_argument("--check", action="store_true", help="change nothing; exit 1 if a generated table is out of date")
+    for s in sub.choices.values():  # --registry after the subcommand too (repro registry add --registry DIR PATH)
+        s.add_argument("--registry", type=Path, default=argparse.SUPPRESS, help="the registry folder (default: the repository's results/)")
     args = p.parse_args(sys.argv[1:] if argv is None else argv)
     commands = {"add": cmd_add, "list": cmd_list, "check": cmd_check, "tables": cmd_tables, "wandb": cmd_wandb}
     try:
