@@ -5,6 +5,7 @@
     repro registry check [--definitions]                                # every record valid (and its sweep definition unchanged)
     repro registry tables [--check]                                     # the README tables, generated from the records
     repro registry wandb [--sweep ...] [--profile ...] [--project P]    # the records as W&B runs (job type reference)
+    repro registry floors [--sweep ...] [--profile ...] [--recompute]   # the pixel floors of the image sweeps (results/floors/)
 
 ``add`` records each finished run directory under PATH (a run, an experiment, or all of
 ``runs/``) as ``results/<sweep>/<profile>/<variant>/seed<k>-<id>.json`` and refuses, one line
@@ -13,12 +14,19 @@ config differs from what the sweep file defines now (unless ``--allow-changed``:
 are recorded as the record's ``overrides``) and one already recorded. What a record holds:
 ``reproductions/sweeping/records.py``. Every reader of results (``repro report``, ``repro
 claims``, the README tables) reads the registry beside any local runs.
+
+``floors`` computes the pixel logistic-regression floor (``docs/floors.md``) of every data set and
+training-subset size the image sweeps' profiles use (``--sweep``/``--profile``: those alone; ``smoke``
+profiles only when named), skipping those recorded already, into ``results/floors/<dataset>.json``;
+``--data.KEY VALUE`` sets a data setting of every profile it walks (``--data.data_dir DIR`` for a
+folder source). A profile whose data is not on this machine is listed as skipped.
 """
 
 from __future__ import annotations
 
 import argparse
 import errno
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -131,6 +139,54 @@ def cmd_wandb(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def cmd_floors(args: argparse.Namespace, out: TextIO) -> int:
+    from reproductions.commands.data import data_settings
+    from reproductions.sweeping.floor_targets import build_datamodule, compute, floor_targets, guess_dataset, recorded
+    from reproductions.sweeping.records import FLOORS_DIR_NAME
+
+    try:
+        extra = data_settings(None, None, args.data)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    grid = args.grid
+    if any(c <= 0 for c in grid):
+        raise UsageError(f"--grid {' '.join(f'{c:g}' for c in grid)}: every C must be positive, e.g. --grid 0.01 0.1 1")
+    floors_dir = args.registry / FLOORS_DIR_NAME
+    targets = floor_targets([args.sweep] if args.sweep else None, [args.profile] if args.profile else None, extra=extra)
+    if not targets:
+        raise UsageError("no image sweep profile matches" + (f" --sweep {args.sweep}" if args.sweep else "")
+                         + (f" --profile {args.profile}" if args.profile else "") + "; see repro registry list")  # fmt: skip
+    done = skipped = failed = 0
+    for target in targets:
+        where = ", ".join(target.where)
+        dataset = guess_dataset(target.settings)
+        if dataset and not args.recompute and recorded(target, dataset, grid, floors_dir):
+            print(f"recorded already: {dataset} train_samples={target.settings.get('train_samples')} ({where})", file=out)
+            continue
+        if args.dry_run:
+            print(f"would compute: {target.label} ({where})", file=out)
+            continue
+        try:
+            dm = build_datamodule(target.settings)  # the data is here (else: skipped, one line)
+        except Exception as e:  # noqa: BLE001 - a source that cannot be read here: said, not fatal
+            skipped += 1
+            print(f"skipped {target.label} ({where}): its data is not available here: {str(e).splitlines()[0]}", file=out)
+            continue
+        try:
+            dataset, r = compute(target, dm, grid=grid, recompute=args.recompute, command=shlex.join(["repro", "registry", *args.argv]),
+                                 floors_dir=floors_dir)  # fmt: skip
+        except Exception as e:  # noqa: BLE001 - one line per failed floor, then the next
+            failed += 1
+            print(f"failed {target.label} ({where}): {str(e).splitlines()[0] if str(e) else type(e).__name__}", file=out)
+            continue
+        done += 1
+        print(f"{dataset} train_samples={target.settings.get('train_samples')}: C={r['C']:g}, val {100 * r['val_acc']:.2f}%, "
+              f"test {100 * r['test_acc']:.2f}% ({r['n_train']:,} training images, {r['seconds']:.1f} s"
+              f"{', from the cache' if r['cached'] else ''}) ({where})", file=out)  # fmt: skip
+    print(f"{done} floors computed, {skipped} skipped (data not here), {failed} failed; in {floors_dir}", file=out)
+    return 1 if failed else 0
+
+
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int:
     out = out or sys.stdout
     p = argparse.ArgumentParser(prog="repro registry", description="The results registry (results/): one record per finished sweep run.",
@@ -153,10 +209,25 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     c.add_argument("--definitions", action="store_true", help="also check each record's sweep definition is unchanged (slower)")
     t = sub.add_parser("tables", help="regenerate the README tables from the registry", allow_abbrev=False)
     t.add_argument("--check", action="store_true", help="change nothing; exit 1 if a generated table is out of date")
+    f = sub.add_parser("floors", help="compute the pixel floors of the image sweeps into results/floors/", allow_abbrev=False)
+    f.add_argument("--sweep", default=None, help="only this sweep (vit/data_size)")
+    f.add_argument("--profile", default=None, help="only this profile (smoke profiles only when named)")
+    f.add_argument("--grid", type=float, nargs="+", default=None, metavar="C", help="the C values tried (default: 0.001 0.01 0.1 1 10)")
+    f.add_argument("--recompute", action="store_true", help="compute again what is recorded or cached")
+    f.add_argument("--dry-run", action="store_true", help="say what would be computed; compute nothing")
     for s in sub.choices.values():  # --registry after the subcommand too (repro registry add --registry DIR PATH)
         s.add_argument("--registry", type=Path, default=argparse.SUPPRESS, help="the registry folder (default: the repository's results/)")
-    args = p.parse_args(sys.argv[1:] if argv is None else argv)
-    commands = {"add": cmd_add, "list": cmd_list, "check": cmd_check, "tables": cmd_tables, "wandb": cmd_wandb}
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args, rest = p.parse_known_args(argv)
+    if rest and args.command != "floors":
+        p.error(f"unrecognized arguments: {' '.join(rest)}")
+    args.data, args.argv = rest, argv
+    if args.command == "floors" and args.grid is None:
+        from datamodules.images.floor import DEFAULT_GRID
+
+        args.grid = list(DEFAULT_GRID)
+    commands = {"add": cmd_add, "list": cmd_list, "check": cmd_check, "tables": cmd_tables, "wandb": cmd_wandb,
+                "floors": cmd_floors}
     try:
         return commands[args.command](args, out)
     except RecordError as e:

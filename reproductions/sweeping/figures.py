@@ -21,6 +21,11 @@
 the plan, every variant's results and those with a result, and returns the matplotlib figure)
 and saves it atomically.
 
+Where the runs' data has a pixel floor (``tables.variant_floors``: a logistic regression on the raw
+pixels, for a test-accuracy metric), ``figure`` draws it on the metric's panel: a dashed line
+against ``train_samples`` on a ``lines`` plot over training sizes, else a straight line at the
+floor (vertical across horizontal bars, horizontal elsewhere).
+
 ``plot_claim_by_scale`` draws one claim "a > b" across a sweep's profiles for ``repro claims``:
 a - b at each scale with ± 2 standard-error bars, the zero line, and the side of zero where the
 claim holds shaded; ``png_bytes`` renders a figure without writing it.
@@ -34,7 +39,16 @@ from pathlib import Path
 from reproductions.sweeping.collect import Stat, VariantResults, curve_keys, run_curve
 from reproductions.sweeping.plan import Plan
 from reproductions.sweeping.spec import SweepError
-from reproductions.sweeping.tables import axis_order, axis_sort_key, ceiling_value, input_unit, panel_metrics
+from reproductions.sweeping.floors import FLOORS_DIR
+from reproductions.sweeping.tables import (
+    axis_order,
+    axis_sort_key,
+    ceiling_value,
+    distinct_floors,
+    input_unit,
+    panel_metrics,
+    variant_floors,
+)
 from utils.atomic import atomic_savefig
 
 
@@ -284,8 +298,37 @@ PLOTTERS = {
 PLOTS = tuple(PLOTTERS)
 
 
-def figure(plan: Plan, collected: list[VariantResults], path: Path) -> Path | None:
-    """Draw the sweep's ``report.plot`` into ``path`` (PNG, atomically); None when nothing finished."""
+FLOOR_STYLE = {"color": "black", "linestyle": "--", "linewidth": 1.2}
+
+
+def draw_floors(fig, kind: str, plan: Plan, floors: list[dict]) -> None:
+    """The pixel floors (``tables.distinct_floors``) on the figure's metric panel(s), in display units."""
+    if not floors or kind == "curves":
+        return
+    scale = plan.sweep.metric.scale
+    axes = fig.axes[:2] if kind == "accuracy_vs_flops" else fig.axes[:1]
+    sizes = [f.get("train_samples") for f in floors]
+    for ax in axes:
+        if kind == "lines" and plan.sweep.report.get("x") == "train_samples" and None not in sizes and len(floors) > 1:
+            ax.plot(sizes, [f["test_acc"] * scale for f in floors], marker="x", label="pixel logistic regression (floor)",
+                    **FLOOR_STYLE)  # fmt: skip
+        else:
+            value = min(f["test_acc"] for f in floors) * scale
+            label = f"pixel logistic regression (floor) {value:.{plan.sweep.metric.digits}f}"
+            if kind == "bars":
+                ax.axvline(value, label=label, **FLOOR_STYLE)
+                low, high = ax.get_xlim()
+                ax.set_xlim(min(low, value - 0.05 * (high - low)), max(high, value + 0.05 * (high - low)))
+            else:
+                ax.axhline(value, label=label, **FLOOR_STYLE)
+                low, high = ax.get_ylim()
+                ax.set_ylim(min(low, value - 0.05 * (high - low)), max(high, value + 0.05 * (high - low)))
+        ax.legend(fontsize=8)
+
+
+def figure(plan: Plan, collected: list[VariantResults], path: Path, *, floors_dir=FLOORS_DIR) -> Path | None:
+    """Draw the sweep's ``report.plot`` into ``path`` (PNG, atomically), with the pixel floors of its runs'
+    data; None when nothing finished."""
     kind = plan.sweep.report.get("plot", "bars")
     if kind not in PLOTTERS:
         raise SweepError(f"{plan.sweep.path}: report.plot={kind!r} is not one of {list(PLOTS)}")
@@ -293,6 +336,7 @@ def figure(plan: Plan, collected: list[VariantResults], path: Path) -> Path | No
     if not have:
         return None
     fig = PLOTTERS[kind](plan, collected, have)
+    draw_floors(fig, kind, plan, distinct_floors(variant_floors(plan, collected, floors_dir)))
     atomic_savefig(fig, path)
     pyplot().close(fig)
     return path

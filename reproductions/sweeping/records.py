@@ -54,6 +54,8 @@ SCHEMA = 1
 #: the registry of the repository
 REGISTRY_DIR = REPO_ROOT / "results"
 RECORD_SUFFIX = ".json"
+#: the registry's folder of pixel floors (``reproductions.sweeping.floors``), not run records
+FLOORS_DIR_NAME = "floors"
 #: resolved-config keys that say where files lie or how a run reports progress, not what it
 #: computes: left out of the digests and the overrides
 LOCATION_KEYS = (
@@ -251,8 +253,11 @@ def shown_path(path: Path) -> str:
 
 
 def record_files(registry: str | os.PathLike = REGISTRY_DIR) -> list[Path]:
+    """Every run record under ``registry`` (the pixel floors in its ``floors/`` are data of another kind)."""
     root = Path(registry)
-    return sorted(p for p in root.rglob("*" + RECORD_SUFFIX) if p.is_file()) if root.is_dir() else []
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.rglob("*" + RECORD_SUFFIX) if p.is_file() and FLOORS_DIR_NAME not in p.relative_to(root).parts[:1])
 
 
 def read_registry(registry: str | os.PathLike = REGISTRY_DIR) -> list[Record]:
@@ -282,13 +287,13 @@ def run_id(results: dict[str, Any], digest: str) -> str:
 _ABSOLUTE = re.compile(r"(?<![\w.~:/-])/(?:[\w.+@=,-]+/)+([\w.+@=,-]+)")
 
 
-def _scrub(value: Any) -> Any:
+def scrub_paths(value: Any) -> Any:
     """Absolute paths, alone or inside a string, cut to their last component (no local path goes
     into the repository)."""
     if isinstance(value, dict):
-        return {k: _scrub(v) for k, v in value.items()}
+        return {k: scrub_paths(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_scrub(v) for v in value]
+        return [scrub_paths(v) for v in value]
     if isinstance(value, str) and os.path.isabs(value) and len(value) > 1:
         return ".../" + Path(value).name
     if isinstance(value, str):
@@ -356,16 +361,16 @@ def make_record(run_dir: Path, results: dict[str, Any], config: dict[str, Any], 
         "variant": results["variant"],
         "seed": int(results["seed"]),
         "experiment": results["experiment"],
-        "config": _scrub(computed_part(config)),
+        "config": scrub_paths(computed_part(config)),
         "config_digest": digest,
-        "overrides": _scrub(config_differences(config, definition)),
+        "overrides": scrub_paths(config_differences(config, definition)),
         "test": {k: _finite(v) for k, v in (results.get("test") or {}).items()},
         "test_ckpt": results.get("test_ckpt"),
         "final": {k: _finite(v) for k, v in (results.get("final") or {}).items()},
         "best": {"monitor": best.get("monitor"), "score": _finite(best.get("score"))},
         "model": results.get("model") or {},
         "training": results.get("training") or {},
-        "data": _scrub(results.get("data") or {}),
+        "data": scrub_paths(results.get("data") or {}),
         "curve": read_curve(run_dir / "metrics.csv"),
         "hardware": results.get("hardware") or {"device": "unknown"},
         "versions": results.get("versions") or {},
@@ -486,7 +491,7 @@ def stale_records(records: Iterable[Record]) -> Iterator[tuple[Record, str]]:
         except (RecordError, SweepError) as e:
             yield rec, str(e)
             continue
-        now = config_differences(rec.data["config"], _scrub(definition), flat=True)
+        now = config_differences(rec.data["config"], scrub_paths(definition), flat=True)
         recorded = rec.data["overrides"]
         changed = sorted(k for k in set(now) | set(recorded) if now.get(k) != recorded.get(k))
         if changed:

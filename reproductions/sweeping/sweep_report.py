@@ -49,14 +49,27 @@ from typing import TextIO
 from reproductions.sweeping.checks import ClaimLine, check_claims
 from reproductions.sweeping.collect import VariantResults, collect
 from reproductions.sweeping.figures import figure
+from reproductions.sweeping.floors import FLOORS_DIR
 from reproductions.sweeping.plan import Plan, cli_value
-from reproductions.sweeping.records import REGISTRY_DIR
+from reproductions.sweeping.records import FLOORS_DIR_NAME, REGISTRY_DIR
 from reproductions.sweeping.reference import against_reference, reference_markdown, reference_table
 from reproductions.sweeping.spec import REPO_ROOT, SweepError
-from reproductions.sweeping.tables import fmt_paper, fmt_seconds, fmt_stat, markdown_table, table, text_table
+from reproductions.sweeping.tables import (
+    fmt_paper,
+    fmt_seconds,
+    fmt_stat,
+    markdown_table,
+    table,
+    text_table,
+    variant_floors,
+)
 from utils.atomic import atomic_write_text
 
 REPORT_FILE = "report.md"
+FLOOR_NOTE = ("The pixel logistic regression rows are the floors of the same training images (raw pixels in "
+              "[0, 1], C chosen on the validation split, then one test evaluation; `results/floors/`, made by "
+              "`repro registry floors`, docs/floors.md): a model below its floor, marked \"(below floor)\", is "
+              "under-trained, whatever the claim.")  # fmt: skip
 
 
 @dataclass
@@ -87,9 +100,10 @@ def _overrides_text(overrides: dict) -> str:
     return ", ".join(f"`{k}={cli_value(v)}`" for k, v in overrides.items()) or "none"
 
 
-def build_report(plan: Plan, collected: list[VariantResults], figures: list[Path]) -> Report:
+def build_report(plan: Plan, collected: list[VariantResults], figures: list[Path], *,
+                 floors_dir: str | os.PathLike = FLOORS_DIR) -> Report:  # fmt: skip
     sweep, prof = plan.sweep, plan.profile
-    header, rows = table(plan, collected)
+    header, rows = table(plan, collected, floors_dir=floors_dir)
     first = _first(collected)
     missing = [
         f"`{vr.variant.name}` seed {seed}: {why} (`{plan.experiment_dir / vr.variant.name / f'seed{seed}'}`)"
@@ -143,6 +157,8 @@ def build_report(plan: Plan, collected: list[VariantResults], figures: list[Path
             lines.append(f"- Claim: {claim.strip()}")
         lines.append("")
     lines += ["## Results", "", markdown_table(header, rows), ""]
+    if variant_floors(plan, collected, floors_dir):
+        lines += [FLOOR_NOTE, ""]
     claim_lines = check_claims(plan, collected)
     claims = [line.text for line in claim_lines]
     if sweep.report.get("check"):
@@ -222,10 +238,11 @@ def render(plan: Plan, figure_dir: str | os.PathLike | None = None, *,
         collected = reference
     figures = []
     fig_dir = Path(figure_dir) if figure_dir is not None else plan.experiment_dir
-    fig = figure(plan, collected, fig_dir / f"{plan.sweep.axis}.png")
+    floors_dir = Path(registry) / FLOORS_DIR_NAME if registry is not None else FLOORS_DIR
+    fig = figure(plan, collected, fig_dir / f"{plan.sweep.axis}.png", floors_dir=floors_dir)
     if fig is not None:
         figures.append(fig)
-    report = build_report(plan, collected, figures)
+    report = build_report(plan, collected, figures, floors_dir=floors_dir)
     label = _rel(Path(registry)) + "/" if registry is not None else ""
     if source == "registry":
         note = (f"No runs of yours under `{plan.experiment_dir}`: this is the reference, the {sum(len(vr.results) for vr in reference)} "

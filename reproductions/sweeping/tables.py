@@ -7,6 +7,10 @@ formats; and the ``report:`` options that the table, the claim checks and the fi
 RelaImpr = ((AUC - 0.5) / (AUC_base - 0.5) - 1) x 100 % (Yan et al. 2014, as DIN and BST report
 it), from the main metric's means against ``report.relaimpr.baseline``, with the training code's
 formula (``lightning_modules.metrics.rela_impr``).
+
+Image sweeps whose main metric is test accuracy get the pixel floor (``floors``: a logistic
+regression on the raw pixels of the same training subset, C chosen on validation) as a row per
+distinct training set, and a variant whose mean is below its floor is marked "(below floor)".
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from reproductions.sweeping.collect import Stat, VariantResults, by_name, mean_std
+from reproductions.sweeping.floors import FLOORS_DIR, floor_label, floor_of
 from reproductions.sweeping.plan import Plan
 from reproductions.sweeping.spec import Metric, Reference, SweepError, Variant
 
@@ -132,9 +137,36 @@ def ceiling_value(collected: list[VariantResults], m: Metric) -> Stat:
     return mean_std([v * m.scale for vr in collected for v in (vr.values(m.ceiling) if m.ceiling else [])])
 
 
-def table(plan: Plan, collected: list[VariantResults]) -> tuple[list[str], list[list[str]]]:
-    """The report table: header and rows (strings), one row per planned variant, and a last
-    ceiling row when the main metric has a ceiling that the results record."""
+FLOOR_METRIC = "test/acc"
+"""The metric a pixel floor is measured in (its test accuracy)."""
+BELOW_FLOOR = "(below floor)"
+
+
+def variant_floors(plan: Plan, collected: list[VariantResults], floors_dir=FLOORS_DIR) -> dict[str, dict]:
+    """Each variant's pixel floor (``floors.floor_of`` its runs), for a sweep whose main metric is test
+    accuracy; variants without one (no runs, no recorded floor, other data) are left out."""
+    if plan.sweep.metric.key != FLOOR_METRIC:
+        return {}
+    out = {}
+    for vr in collected:
+        floor = floor_of(vr.results, floors_dir=floors_dir) if vr.results else None
+        if floor is not None:
+            out[vr.variant.name] = floor
+    return out
+
+
+def distinct_floors(floors: dict[str, dict]) -> list[dict]:
+    """The floors of ``variant_floors`` once each, smallest training set first."""
+    seen = {}
+    for f in floors.values():
+        seen.setdefault((f["dataset"], f.get("train_samples")), f)
+    return [seen[k] for k in sorted(seen, key=lambda k: (k[0], k[1] is None, k[1] or 0))]
+
+
+def table(plan: Plan, collected: list[VariantResults], *, floors_dir=FLOORS_DIR) -> tuple[list[str], list[list[str]]]:
+    """The report table: header and rows (strings), one row per planned variant, a pixel-floor row per
+    training set when the metric is test accuracy, and a last ceiling row when the main metric has a
+    ceiling that the results record."""
     sweep = plan.sweep
     m, columns, unit = sweep.metric, sweep.columns, input_unit(plan)
     rel = relaimpr_spec(plan)
@@ -150,11 +182,15 @@ def table(plan: Plan, collected: list[VariantResults]) -> tuple[list[str], list[
     by = by_name(collected)
     base_raw = mean_std(by[rel["baseline"]].values_of_metric(m.key)).mean if rel else None
     ceiling = ceiling_value(collected, m)
+    floors = variant_floors(plan, collected, floors_dir)
     rows = []
     for vr in collected:
         flops = vr.stat("model.flops_per_sample").mean
         stat = vr.metric(plan)
-        row = [vr.variant.name, fmt_stat(stat, m.digits), str(len(vr.values_of_metric(m.key)))]
+        floor = floors.get(vr.variant.name)
+        below = floor is not None and stat.mean is not None and stat.mean < floor["test_acc"] * m.scale
+        row = [vr.variant.name, fmt_stat(stat, m.digits) + (f" {BELOW_FLOOR}" if below else ""),
+               str(len(vr.values_of_metric(m.key)))]  # fmt: skip
         row += [fmt_stat(vr.column(c), c.digits) for c in columns]
         if rel:
             ri = relaimpr(mean_std(vr.values_of_metric(m.key)).mean, base_raw)
@@ -172,6 +208,9 @@ def table(plan: Plan, collected: list[VariantResults]) -> tuple[list[str], list[
             fmt_seconds(vr.stat("training.fit_time_s").mean),
         ]
         rows.append(row)
+    for floor in distinct_floors(floors):
+        row = [floor_label(floor), f"{floor['test_acc'] * m.scale:.{m.digits}f}", "–"]
+        rows.append(row + ["–"] * (len(header) - len(row)))
     if ceiling.mean is not None:
         row = [str(sweep.report.get("ceiling_label", "ceiling")), f"{ceiling.mean:.{m.digits}f}", "–"]
         row += ["–" if c.ceiling is None else fmt_stat(Stat(ceiling_value(collected, c).mean, None, 1), c.digits)
