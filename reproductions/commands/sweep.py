@@ -9,7 +9,8 @@ described in ``reproductions/sweeping/spec.py``, where its runs go and what each
 is in ``reproductions/sweeping/plan.py``, how they run in ``reproductions/sweeping/launch.py``.
 
 A run whose ``results.json`` says finished is skipped, so a sweep that was stopped continues
-where it stopped; a failed run is logged (``<run dir>/stdout.log``), listed at the end and
+where it stopped, and a run an interruption stopped (a signal, a killed process) resumes from its
+own last checkpoint (``launch.earlier_attempt``), its line saying from which step; a failed run is logged (``<run dir>/stdout.log``), listed at the end and
 makes the exit status 1; the others still run. After the runs the report is written
 (``reproductions/sweeping/sweep_report.py``) unless ``--no-report``. With ``--reuse`` a run whose
 resolved config and seed equal those of a run finished in another experiment under ``--root`` is
@@ -35,7 +36,7 @@ from typing import TextIO
 
 from reproductions.run.errors import UsageError
 from reproductions.run.rundir import ReportLock
-from reproductions.sweeping.launch import execute, format_duration, last_error, slurm_script, subprocess_runner
+from reproductions.sweeping.launch import earlier_attempt, execute, format_duration, last_error, slurm_script, subprocess_runner
 from reproductions.sweeping.plan import LAUNCHERS, add_seed_options, add_variant_option, check_counts, chosen_seeds, make_plan
 from reproductions.sweeping.publish import log_references
 from reproductions.sweeping.records import SMOKE_PROFILE, records_of
@@ -165,8 +166,12 @@ def main(argv: Sequence[str] | None = None, *, runner=subprocess_runner, out: Te
     if args.dry_run:
         copies = {id(r.run): r.source for r in reused}
         for k, run in enumerate(plan.runs, 1):
-            state = ("finished, skip" if id(run) in done
-                     else f"reuse {copies[id(run)]}" if id(run) in copies else "run")
+            if id(run) in done or id(run) in copies:
+                state = "finished, skip" if id(run) in done else f"reuse {copies[id(run)]}"
+            else:
+                run, afresh = earlier_attempt(run)
+                state = (f"resume from step {run.resumes_at}" if run.resumes_at is not None
+                         else f"run afresh: {afresh}" if afresh else "run")
             print(f"# {k}/{len(plan.runs)} {run.label} ({state})\n{shlex.join(run.command)}", file=out)
         return 0
 

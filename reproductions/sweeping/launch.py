@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from reproductions.run.results import metric_value, read_results
+from reproductions.run.results import metric_value, read_results, results_state
 from reproductions.run.rundir import RunDirBusy, RunDirLock, describe_holder, read_holder
 from reproductions.sweeping.plan import Plan, Run, run_path
 from reproductions.sweeping.spec import REPO_ROOT, Sweep, SweepError
@@ -107,9 +107,12 @@ def run_env(jobs: int = 1, threads: int | None = None) -> dict[str, str]:
 
 def subprocess_runner(run: Run, env: dict[str, str]) -> int:
     """Run one command as a subprocess in the repository root (isolates failures and memory;
-    imports this repository from any working directory); output to its stdout.log."""
+    imports this repository from any working directory); output to its stdout.log (appended to
+    the interrupted attempt's when the run resumes, so the log tells the whole run)."""
     run.run_dir.mkdir(parents=True, exist_ok=True)
-    with open(run.log_path, "w") as log:
+    with open(run.log_path, "a" if run.resumes_at is not None else "w") as log:
+        if run.resumes_at is not None:
+            log.write(f"\nsweep: resuming the interrupted attempt from step {run.resumes_at}\n")
         log.write(f"$ {shlex.join(run.command)}\n")
         log.flush()
         proc = subprocess.Popen(run.command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
@@ -137,6 +140,52 @@ def last_error(log_path: Path, limit: int = 300) -> str:
     errors = [ln for ln in lines if _EXCEPTION_LINE.match(ln) and "Does not validate against any of the" not in ln]
     text = (errors or [ln for ln in lines if ln.strip()] or ["empty log"])[-1]
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def earlier_attempt(run: Run) -> tuple[Run, str | None]:
+    """How ``run`` starts, given what an earlier attempt left in its directory: ``(run resuming
+    from its own checkpoint, None)`` when the attempt was interrupted (results.json
+    ``interrupted``, or none at all: a process killed outright) and left a readable
+    ``checkpoints/last.ckpt`` or SLURM ``hpc_ckpt_*.ckpt`` made by this same command (the first
+    ``$ ...`` line of its stdout.log); else ``(run, why it starts afresh)``, the reason None when
+    there was no earlier attempt. Afresh, the run itself removes the old checkpoints."""
+    from lightning_modules.checkpoint_io import checkpoint_step  # torch: only for a run with files
+    from reproductions.run.ckpt_paths import hpc_checkpoint, read_checkpoint
+    from reproductions.run.errors import RunFailed
+    from reproductions.run.rundir import stale_checkpoints
+
+    state, _ = results_state(run.run_dir)
+    last = run.run_dir / "checkpoints" / "last.ckpt"
+    found = [p for p in (last, hpc_checkpoint(run.run_dir)) if p is not None and p.is_file()]
+    if not found:
+        if stale_checkpoints(run.run_dir):
+            return run, "the earlier attempt left no last.ckpt to continue from"
+        return run, None if state == "missing" else f"the earlier attempt ({state}) left no checkpoint"
+    if state not in ("interrupted", "missing"):
+        return run, f"the earlier attempt {state}; its checkpoints are not continued"
+    first = _first_command(run.log_path)
+    if first is None or first[-len(run.args):] != run.args:
+        return run, "its checkpoint was made by another command (the sweep file, profile or overrides changed)"
+    ckpt = max(found, key=lambda p: p.stat().st_mtime_ns)
+    try:
+        step = checkpoint_step(read_checkpoint(ckpt, what=f"{run.label}'s checkpoint", error=RunFailed))
+    except RunFailed as e:
+        return run, f"its checkpoint cannot be read ({e})"
+    return run.resuming(ckpt, step), None
+
+
+def _first_command(log_path: Path) -> list[str] | None:
+    """The command of a run's first attempt: the ``$ ...`` line its stdout.log starts with (the
+    interpreter's path may differ, e.g. on another machine: compare what follows it)."""
+    try:
+        with open(log_path, errors="replace") as log:
+            first = log.readline()
+    except OSError:
+        return None
+    try:
+        return shlex.split(first[2:]) if first.startswith("$ ") else None
+    except ValueError:
+        return None
 
 
 def _metric_text(sweep: Sweep, run: Run) -> str:
@@ -188,10 +237,15 @@ def execute(
                 outcomes.append(outcome)
             say(f"{line}\n    done {run.label} meanwhile by another process; not run again")
             return outcome
+        started, afresh = earlier_attempt(run)
+        if started.resumes_at is not None:
+            line += f"\n    resuming {run.label} from step {started.resumes_at} (the checkpoint of its interrupted attempt)"
+        elif afresh:
+            line += f"\n    starting {run.label} afresh: {afresh}"
         say(f"{line}\n    log: {run.log_path}")
         try:
             try:
-                rc = runner(run, env)
+                rc = runner(started, env)
             except Exception as e:  # a runner that cannot start the run (e.g. no such executable)
                 run.run_dir.mkdir(parents=True, exist_ok=True)
                 with open(run.log_path, "a") as log:
@@ -206,7 +260,8 @@ def execute(
             durations.append(seconds)
             outcomes.append(outcome)
         if finished and rc == 0:
-            say(f"    done {run.label} in {seconds:.1f} s{_metric_text(plan.sweep, run)}")
+            resumed = f" (resumed from step {started.resumes_at})" if started.resumes_at is not None else ""
+            say(f"    done {run.label} in {seconds:.1f} s{resumed}{_metric_text(plan.sweep, run)}")
         else:
             why = f"exit status {rc}" if rc != 0 else "exit status 0 but no finished results.json"
             say(f"    FAILED {run.label} ({why}) after {seconds:.1f} s: {last_error(run.log_path)}")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import sys
 from collections.abc import Sequence
@@ -134,6 +135,12 @@ class Run:
     run_dir: Path
     args: list[str]  # what follows ``python -m reproductions``
     command: list[str]  # the full command line (python or torchrun)
+    resumes_at: int | None = None  # the step an interrupted attempt's checkpoint continues from
+
+    def resuming(self, ckpt: Path, step: int) -> Run:
+        """This run continuing its own interrupted attempt from ``ckpt`` (saved at ``step``)."""
+        more = ["--ckpt_path", run_path(ckpt)]
+        return replace(self, args=[*self.args, *more], command=[*self.command, *more], resumes_at=step)
 
     @property
     def label(self) -> str:
@@ -173,7 +180,7 @@ class Plan:
         file, the profile or the extra overrides changed since): kept, but worth a warning."""
         out = []
         for r in self.runs:
-            recorded = (read_results(r.run_dir) or {}).get("command")
+            recorded = without_own_checkpoint((read_results(r.run_dir) or {}).get("command"), r.run_dir)
             if recorded and not recorded.endswith(" " + " ".join(r.args)):
                 out.append(r)
         return out
@@ -198,6 +205,17 @@ class Plan:
         if self.experiment != default_experiment(self.sweep, self.profile.name):
             parts += ["--experiment", self.experiment]
         return shlex.join(parts)
+
+
+def without_own_checkpoint(command: str | None, run_dir: Path) -> str | None:
+    """A recorded command line less a trailing ``--ckpt_path`` into ``run_dir`` itself: the sweep
+    resuming an interrupted attempt adds it, and the run is the same run."""
+    from reproductions.run.ckpt_paths import in_run_dir  # torch, only when asked
+
+    found = re.search(r" --ckpt_path (\S+)$", command or "")
+    if found and in_run_dir(found.group(1), run_dir):
+        return command[: found.start()]
+    return command
 
 
 def default_experiment(sweep: Sweep, profile: str) -> str:
