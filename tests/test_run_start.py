@@ -4,6 +4,8 @@
   come fails after ``--run.rendezvous_timeout``; SIGTERM/SIGINT stop the wait; no lock is left;
 - a resume, ``test`` or ``validate`` whose config gives the model differently from the checkpoint
   is refused, naming each key and both values (reproductions/run/model_check.py, unit-tested too);
+- ``test`` on a moved run's own config.yaml and checkpoint writes into the moved directory, never into the
+  run its copied ``run.root`` names; which folder is a run's (``existing_run_dir``);
 - ``samples_seen`` and the training FLOPs count the samples seen (a partial batch as its size);
 - Lightning's "previous log files will be deleted" warning only when a metrics.csv is replaced.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,8 +24,9 @@ from pathlib import Path
 import pytest
 
 from reproductions.run.model_check import model_differences, refusal, runtime_settings
+from reproductions.run.rundir import existing_run_dir
 from tests.cli_helpers import (  # noqa: F401 - finished: the module fixture
-    DIGITS, NET, REPO, RUN, TINY, cli_env, copy_run, finished, repro, repro_here, usage_error,
+    DIGITS, NET, REPO, RUN, TINY, cli_env, copy_run, csv_rows, finished, repro, repro_here, tree, usage_error,
 )
 
 RESNET = "reproductions/vit/configs/resnet_fashion_mnist.yaml"
@@ -186,6 +190,49 @@ def test_a_resume_or_test_that_would_change_the_model_is_refused(finished, tmp_p
     assert result.returncode == 0, result.output[-3000:]
     assert json.loads((run / "results.json").read_text())["training"]["epochs"] == 3
     assert "eval_flip: true" in (run / "hparams.yaml").read_text()
+
+
+# --------------------------------------------------------------------------- where an existing run lies
+
+
+@pytest.mark.subprocess
+@pytest.mark.xdist_group("faults-finished")  # shares test_faults' module fixture: one test process
+def test_a_moved_run_is_tested_where_it_lies_and_the_run_at_its_old_place_is_untouched(finished, tmp_path, capfd,
+                                                                                       monkeypatch):
+    """A finished run moved elsewhere, tested with its own config.yaml and checkpoint: the test's files go into
+    the moved directory (it says so), the fit's numbers again; the finished run at the place its copied config
+    names (run.root and, as a sweep's runs have, the experiment) stays byte-identical."""
+    _, run = copy_run(finished, tmp_path)
+    moved = tmp_path / "elsewhere" / "seed0"
+    moved.parent.mkdir()
+    shutil.move(run, moved)
+    config = moved / "config.yaml"
+    text = config.read_text()
+    assert f"root: {finished}" in text and text.count("experiment: null") == 1
+    config.write_text(text.replace("experiment: null", "experiment: vit/digits"))  # the old place: finished/RUN
+    before = tree(finished)
+    result = repro_here("test", "--config", str(config), "--ckpt_path", str(moved / "checkpoints" / "last.ckpt"),
+                        case="test a moved run", capfd=capfd, monkeypatch=monkeypatch)
+    assert result.returncode == 0, result.output[-3000:]
+    assert f"test: writing into {moved / 'test'}" in result.lines
+    [tested] = [row for row in csv_rows(moved / "test" / "metrics.csv") if row.get("test/acc")]
+    assert float(tested["test/acc"]) == pytest.approx(json.loads((moved / "results.json").read_text())["test"]["test/acc"])
+    assert tree(finished) == before and not (finished / RUN / "test").exists()
+
+
+def test_a_run_directory_is_taken_from_its_own_checkpoint_or_config(tmp_path):
+    run = tmp_path / "moved" / "seed0"
+    (run / "checkpoints").mkdir(parents=True)
+    ckpt, config = run / "checkpoints" / "last.ckpt", run / "config.yaml"
+    config.write_text("seed_everything: 0\n")
+    other = tmp_path / "weights" / "checkpoints" / "last.ckpt"  # a checkpoints/ folder that holds no run
+    other.parent.mkdir(parents=True)
+    assert existing_run_dir("test", ckpt, []) == run == existing_run_dir("validate", None, [DIGITS, str(config)])
+    assert existing_run_dir("test", other, [DIGITS]) is None and existing_run_dir("test", "last", [DIGITS]) is None
+    assert existing_run_dir("fit", ckpt, [DIGITS]) is None  # another run's weights start a new run
+    assert existing_run_dir("fit", ckpt, [str(config)]) == run  # resuming a moved run in its own directory
+    (run / "checkpoints").rmdir()
+    assert existing_run_dir("test", None, [str(config)]) is None  # a config.yaml alone is not a run
 
 
 # --------------------------------------------------------------------------- what a run records
