@@ -53,7 +53,7 @@ def not_writable(registry: Path, error: OSError) -> Exception:
         return UsageError(f"the registry folder {registry} cannot be written ({why}); record into a folder you can "
                           f"write to (repro registry add --registry DIR PATH), or make {registry} writable and add again")
     return RunFailed(f"writing a record into the registry folder {registry} failed ({why}); the records written "
-                     "before it are kept: fix the folder and add again (recorded runs are skipped)")
+                     "before it are kept: make room (or fix the folder), then add again (recorded runs are skipped)")
 
 
 def cmd_add(args: argparse.Namespace, out: TextIO) -> int:
