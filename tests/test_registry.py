@@ -6,7 +6,9 @@ reference beside a rerun, and the committed registry against the committed pages
 from __future__ import annotations
 
 import copy
+import errno
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -181,6 +183,50 @@ def test_a_bad_record_is_one_error_line_naming_the_file_and_the_field(tmp_path, 
     path.write_text("{not json")
     with pytest.raises(RecordError, match="not valid JSON"):
         read_record(path)
+
+
+def test_a_bad_record_is_bad_input_to_report_claims_and_check_alike(tmp_path, capsys):
+    from reproductions.__main__ import main
+
+    registry = tmp_path / "results"
+    path = put_record(registry, "vit/pooling", "cpu", "pool=cls,lr=0.002", 0, 0.95)
+    path.write_text(json.dumps({**json.loads(path.read_text()), "seed": -1}))
+    runs, out = str(tmp_path / "runs"), ["--out", str(tmp_path / "claims.md"), "--figures", str(tmp_path / "figures")]
+    for argv in (["report", "vit/pooling", "--profile", "cpu", "--root", runs, "--registry", str(registry)],
+                 ["claims", "--root", runs, "--registry", str(registry), *out], ["registry", "check", "--registry", str(registry)]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"error: {path}: field 'seed' is -1, not a seed (integer >= 0) (schema 1); fix it or add the run again"]
+    assert not (tmp_path / "claims.md").exists()
+
+
+@pytest.mark.parametrize("fault, code", [("under a file", 2), ("read-only", 2), ("full disk", 1)])
+def test_add_into_a_registry_that_cannot_take_the_record_is_one_line_naming_the_folder(tmp_path, capsys, monkeypatch,
+                                                                                        patch4_cpu, fault, code):
+    """The registry folder lies under a file, on a read-only file system (as root, chmod would not stop the write:
+    the temporary file's creation fails as it would there) or on a full disk: one line naming the folder and what to
+    do, exit 2 (1 for the full disk), nothing written; --registry goes before or after the subcommand."""
+    from reproductions.__main__ import main
+
+    run = fake_run(tmp_path / "runs", "vit/patch_size", "cpu", "patch_size=4", 0, config=patch4_cpu)
+    registry = tmp_path / "results"
+    if fault == "under a file":
+        (tmp_path / "results").write_text("a file, not a folder\n")
+        registry = tmp_path / "results" / "registry"
+    else:
+        err = errno.EROFS if fault == "read-only" else errno.ENOSPC
+
+        def refuse(*args, dir=None, **kwargs):
+            raise OSError(err, os.strerror(err), os.path.join(str(dir), ".seed0-x.json.abc.tmp"))
+
+        monkeypatch.setattr("utils.atomic.tempfile.mkstemp", refuse)
+    argv = ["registry", "add", str(run), "--registry", str(registry)] if code == 2 else \
+        ["registry", "--registry", str(registry), "add", str(run)]
+    assert main(argv) == code
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("error: ") and f"the registry folder {registry} " in last and ".tmp" not in last, last
+    assert ("record into a folder you can write to (repro registry add --registry DIR PATH)" in last) == (code == 2)
+    assert not list(tmp_path.rglob("*.json.*")) and not (registry.is_dir() and list(registry.rglob("*.json")))
 
 
 def test_a_record_round_trips_and_reads_as_results(tmp_path):
