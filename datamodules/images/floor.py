@@ -33,7 +33,7 @@ from utils.atomic import atomic_write_json
 
 FLOOR_FORMAT = "pixel-floor-v1"
 """Bump when the method changes: cached floors of another format are computed again."""
-DEFAULT_GRID = (0.001, 0.01, 0.1, 1.0, 10.0)
+DEFAULT_GRID = (0.001, 0.01, 0.1, 1.0, 10.0, 100.0)
 """The regularisation strengths tried (scikit-learn's ``C``, the inverse of the L2 penalty), log-spaced."""
 MAX_ITER = 300
 """lbfgs iterations per ``C`` at most (a fit that stops there is recorded as not converged)."""

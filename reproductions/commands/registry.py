@@ -212,7 +212,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
     f = sub.add_parser("floors", help="compute the pixel floors of the image sweeps into results/floors/", allow_abbrev=False)
     f.add_argument("--sweep", default=None, help="only this sweep (vit/data_size)")
     f.add_argument("--profile", default=None, help="only this profile (smoke profiles only when named)")
-    f.add_argument("--grid", type=float, nargs="+", default=None, metavar="C", help="the C values tried (default: 0.001 0.01 0.1 1 10)")
+    f.add_argument("--grid", type=float, nargs="+", default=None, metavar="C", help="the C values tried (default: 0.001 0.01 0.1 1 10 100)")
     f.add_argument("--recompute", action="store_true", help="compute again what is recorded or cached")
     f.add_argument("--dry-run", action="store_true", help="say what would be computed; compute nothing")
     for s in sub.choices.values():  # --registry after the subcommand too (repro registry add --registry DIR PATH)

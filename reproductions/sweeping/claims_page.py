@@ -15,7 +15,9 @@ scale order: profile, scale, runs per side, a - b ± its standard error, the ver
 does not hold / within noise); the sweeps without any finished run in one list at the end. Scale order (``scale_key``): the profiles' ``scale`` axes in the
 order the sweep file first names them, numbers ascending, data sets by name in file order,
 profiles without a scale last. A claim with a difference at two or more scales gets a figure
-(``figures.plot_claim_by_scale``), linked from the page by a relative path. The ``smoke``
+(``figures.plot_claim_by_scale``: ticked at the profiles' own scale values; for test accuracy with
+a second panel of both sides and the pixel floor of each profile's data, ``floors``), linked from
+the page by a relative path. The ``smoke``
 profiles (seconds per run, for tests; not a result) are left out unless asked for.
 
 The attention-distance claim, which no sweep checks (every ViT fit measures it), has its own
@@ -40,9 +42,11 @@ from reproductions.sweeping.attention_claim import DistanceGroup, distance_secti
 from reproductions.sweeping.checks import ClaimLine, Comparison, check_claims
 from reproductions.sweeping.collect import VariantResults, collect, run_identity
 from reproductions.sweeping.figures import plot_claim_by_scale, png_bytes
+from reproductions.sweeping.floors import FLOORS_DIR, floor_of
 from reproductions.sweeping.plan import Plan, make_plan
 from reproductions.sweeping.records import SMOKE_PROFILE, Record
 from reproductions.sweeping.spec import SCALE_AXES, Profile, Sweep, load_sweep
+from reproductions.sweeping.tables import FLOOR_METRIC
 from utils.atomic import atomic_write_bytes, atomic_write_text
 
 
@@ -211,11 +215,27 @@ def _figure_points(rows: list[tuple[Measured, Comparison]]) -> tuple[list[tuple[
     return points, "profile (scale)"
 
 
+def _sides(rows: list[tuple[Measured, Comparison]], floors_dir: Path) -> list[tuple[float | None, float | None, float | None]]:
+    """Per point of the figure (the profiles with a difference): a's and b's means and the pixel floor of the
+    profile's runs (one training set for all, a test-accuracy metric), in the metric's units."""
+    out = []
+    for m, c in rows:
+        if c.difference is None:
+            continue
+        floor = None
+        if c.metric.key == FLOOR_METRIC:
+            found = floor_of([r for vr in m.collected for r in vr.results], floors_dir=floors_dir)
+            floor = None if found is None else found["test_acc"] * c.metric.scale
+        out.append((c.stat_a.mean, c.stat_b.mean, floor))
+    return out
+
+
 def _verdict_cell(c: Comparison) -> str:
     return c.verdict + (f" ({c.note})" if c.note else "")
 
 
-def _sweep_section(sc: SweepClaims, page_dir: Path, figure_dir: Path, figures: dict[Path, bytes]) -> list[str]:
+def _sweep_section(sc: SweepClaims, page_dir: Path, figure_dir: Path, figures: dict[Path, bytes],
+                   floors_dir: Path = FLOORS_DIR) -> list[str]:
     sweep = sc.sweep
     lines = [f"## {sweep.title} (`{sweep.id}`)", ""]
     lines += [f"- Paper: {claim.strip()}" for claim in sweep.claims]
@@ -244,7 +264,8 @@ def _sweep_section(sc: SweepClaims, page_dir: Path, figure_dir: Path, figures: d
             path = figure_dir / _figure_name(sweep, claim)
             first = rows[0][1]
             fig = plot_claim_by_scale(claim, points, xlabel=xlabel, ylabel=f"{first.a} - {first.b} ({first.metric.unit})",
-                                      title=f"{sweep.title}\n{claim}")  # fmt: skip
+                                      title=f"{sweep.title}\n{claim}", sides=_sides(rows, floors_dir),
+                                      names=(first.a, first.b), metric_label=first.metric.label)  # fmt: skip
             figures[path] = png_bytes(fig)
             link = Path(os.path.relpath(path, page_dir)).as_posix()
             lines += [f"![{_md(claim)}]({link})", ""]
@@ -252,9 +273,11 @@ def _sweep_section(sc: SweepClaims, page_dir: Path, figure_dir: Path, figures: d
 
 
 def build_page(gathered: list[SweepClaims], out: str | os.PathLike, figure_dir: str | os.PathLike, *, root: str | os.PathLike,
-               command: str, distances: list[DistanceGroup] | None = None, registry: str = "results/") -> Page:  # fmt: skip
+               command: str, distances: list[DistanceGroup] | None = None, registry: str = "results/",
+               floors_dir: str | os.PathLike = FLOORS_DIR) -> Page:  # fmt: skip
     """The page at ``out`` and its figures under ``figure_dir`` (drawn in memory, not written);
-    ``distances`` (``attention_claim.distance_groups``) adds the attention-distance section."""
+    ``distances`` (``attention_claim.distance_groups``) adds the attention-distance section; a claim
+    figure of test accuracy draws the pixel floors of ``floors_dir``."""
     out, figure_dir = Path(out), Path(figure_dir)
     page_dir = out.parent
     figures: dict[Path, bytes] = {}
@@ -291,7 +314,7 @@ def build_page(gathered: list[SweepClaims], out: str | os.PathLike, figure_dir: 
     ]
     for sc in gathered:
         if sc.measured:
-            lines += _sweep_section(sc, page_dir, figure_dir, figures)
+            lines += _sweep_section(sc, page_dir, figure_dir, figures, Path(floors_dir))
     if distances is not None:
         lines += distance_section(distances, page_dir, figure_dir, figures)
     unmeasured = [sc for sc in gathered if not sc.measured]

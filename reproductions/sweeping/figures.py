@@ -130,6 +130,9 @@ def plot_lines(plan: Plan, collected: list[VariantResults], have: list[VariantRe
                             capsize=4, label=f"{h}")  # fmt: skip
         if rep.get("logx", True):
             ax.set_xscale("log")
+        values = axis_order(plan, x) if any(x in vr.variant.axes for vr in have) else []
+        if values and all(isinstance(v, (int, float)) for v in values):
+            scale_ticks(ax, [float(v) for v in values])  # the sweep's own values, not log-minor labels
         ax.set_xlabel(rep.get("xlabel", x))
         ax.set_ylabel(m.label)
         ax.grid(alpha=0.3)
@@ -237,15 +240,37 @@ def plot_bars(plan: Plan, collected: list[VariantResults], have: list[VariantRes
     return fig
 
 
+def scale_ticks(ax, xs: list[float]) -> None:
+    """Tick a numeric x axis at the profiles' own values alone (16, 49, 196; 1k, 54k), no log-minor labels."""
+    import matplotlib.ticker
+
+    values = sorted(set(xs))
+    ax.xaxis.set_major_locator(matplotlib.ticker.FixedLocator(values))
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FixedFormatter([_tick(v) for v in values]))
+    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+
+
+def _tick(value: float) -> str:
+    """54000 -> 54k, 1000 -> 1k, 196 -> 196, 0.5 -> 0.5."""
+    if value >= 1000 and value % 100 == 0:
+        return f"{value / 1000:g}k"
+    return f"{value:g}"
+
+
 def plot_claim_by_scale(claim: str, points: list[tuple[str, float | None, float, float | None]], *, xlabel: str,
-                        ylabel: str, title: str):  # fmt: skip
+                        ylabel: str, title: str, sides: list[tuple[float | None, float | None, float | None]] | None = None,
+                        names: tuple[str, str] = ("a", "b"), metric_label: str = ""):  # fmt: skip
     """One claim's difference a - b against the profiles' scale. ``points``: (label, x, a - b,
     standard error) per profile in scale order; x None for all: one evenly spaced, labelled
     position per profile (scales on different axes, or data sets by name); a log axis when the
-    numbers span 8x or more. Bars: ± 2 s.e. (the verdict's threshold: a bar that crosses zero is
-    within noise); a point without one (one seed) is drawn hollow."""
+    numbers span 8x or more, ticked at the profiles' own values. Bars: ± 2 s.e. (the verdict's
+    threshold: a bar that crosses zero is within noise); a point without one (one seed) is drawn
+    hollow. ``sides``: per point (a's mean, b's mean, the pixel floor) in the metric's units; when
+    a floor is given, a second panel draws a and b against the scale with the floor dashed."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    with_floor = sides is not None and any(f is not None for _, _, f in sides)
+    fig, axes = plt.subplots(1, 2 if with_floor else 1, figsize=(12 if with_floor else 6.5, 4.2), squeeze=False)
+    ax = axes[0][0]
     numeric = all(x is not None for _, x, _, _ in points)
     xs = [float(x) for _, x, _, _ in points] if numeric else list(range(len(points)))
     ys = [d for _, _, d, _ in points]
@@ -258,24 +283,36 @@ def plot_claim_by_scale(claim: str, points: list[tuple[str, float | None, float,
         if numeric:
             ax.annotate(label + (" (one seed)" if hollow else ""), (x, d), textcoords="offset points", xytext=(6, 6),
                         fontsize=8)  # fmt: skip
-    if numeric:
-        if min(xs) > 0 and max(xs) / min(xs) >= 8:
-            ax.set_xscale("log")
-        ax.margins(x=0.15)
-    else:
-        ax.set_xticks(xs, [label + ("\n(one seed)" if se is None else "") for label, _, _, se in points], fontsize=8)
-        ax.set_xlim(-0.5, len(xs) - 0.5)
+    for panel in axes[0]:
+        if numeric:
+            if min(xs) > 0 and max(xs) / min(xs) >= 8:
+                panel.set_xscale("log")
+            scale_ticks(panel, xs)
+            panel.margins(x=0.15)
+        else:
+            panel.set_xticks(xs, [label + ("\n(one seed)" if se is None else "") for label, _, _, se in points], fontsize=8)
+            panel.set_xlim(-0.5, len(xs) - 0.5)
+        panel.set_xlabel(xlabel)
+        panel.grid(alpha=0.3)
     ax.axhline(0.0, color="black", linewidth=1)
     low, high = ax.get_ylim()
     span = max(high - low, 1e-9)
     low, high = min(low, -0.15 * span), max(high, 0.15 * span)  # both sides of zero in view
     ax.set_ylim(low, high)
     ax.axhspan(0.0, high, color="tab:green", alpha=0.12, label=f"the claim's side: {claim}")
-    ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel + " (± 2 s.e.)")
-    ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="best")
-    ax.set_title(title, fontsize=10)
+    if with_floor:
+        right = axes[0][1]
+        for k, (name, color) in enumerate(zip(names, ("tab:blue", "tab:orange"))):
+            pts = [(x, side[k]) for x, side in zip(xs, sides) if side[k] is not None]
+            right.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=color, label=name)
+        floor_pts = [(x, side[2]) for x, side in zip(xs, sides) if side[2] is not None]
+        right.plot([p[0] for p in floor_pts], [p[1] for p in floor_pts], linestyle="none", marker="_", markersize=22,
+                   markeredgewidth=2, color="black", label="pixel logistic regression (floor of each profile's data)")  # fmt: skip
+        right.set_ylabel(metric_label or "metric")
+        right.legend(fontsize=8, loc="best")
+    fig.suptitle(title, fontsize=10)
     return fig
 
 

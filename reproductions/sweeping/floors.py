@@ -161,7 +161,7 @@ def record_floor(dataset: str, train_samples: int | None, result: dict[str, Any]
         "by_train_samples": {k: by_size[k] for k in order},
         "hardware": {"cpu": result.get("cpu")},
         "versions": result.get("versions"),
-        "command": command,
+        "command": scrub_paths(command),
     }
     atomic_write_json(path, data)
     return path
