@@ -39,6 +39,7 @@ SETS = [
     (resnet.BLOCKS, resnet.BlockKind, hybrid.HybridViT, "block"),
     (resnet.PADDINGS, resnet.Padding, resnet.ResNet, "padding"),
     (resnet.POOLS, resnet.ResNetPool, resnet.ResNet, "pool"),
+    (resnet.NORMS, resnet.NormKind, resnet.ResNet, "norm"),
     (hybrid.CONSTRUCTIONS, hybrid.Construction, hybrid.HybridViT, "construction"),
     (hybrid.STEM_DOWNSAMPLES, hybrid.StemDownsample, hybrid.ConvStemViT, "downsample"),
     (hybrid.STEM_BLOCKS, hybrid.StemBlock, hybrid.ConvStemViT, "stem_block"),

@@ -145,8 +145,48 @@ def test_a_classifier_module_accepts_it():
         (dict(num_classes=-1), r"num_classes=-1"),
         (dict(drop_path=1.0), r"drop_path=1.0 must be in \[0, 1\)"),
         (dict(width_factor=0), r"width_factor=0 must be positive"),
+        (dict(norm="layer"), r"norm='layer' is not one of \['group', 'batch'\]"),
+        (dict(zero_init_last=True, block="bottleneck", norm="batch"), r"needs block='bottleneck' and norm='group'"),
     ],
 )
 def test_bad_config_fails_before_building(overrides, match):
     with pytest.raises(ValueError, match=match):
         small(**overrides)
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+def test_batch_norm_uses_plain_convs_and_batchnorm_and_every_parameter_trains(block):
+    """``norm='batch'``: no weight standardisation, BatchNorm everywhere (none of BiT's GroupNorm), every
+    parameter gets a gradient, and in training mode an image's output depends on the rest of its batch."""
+    model = small(block=block, norm="batch")
+    convs = [m for m in model.modules() if isinstance(m, torch.nn.Conv2d) and m is not model.head.fc]
+    assert convs and not any(isinstance(m, StdConv2d) for m in convs) and all(m.bias is None for m in convs)
+    assert not any(isinstance(m, torch.nn.GroupNorm) for m in model.modules())
+    assert any(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())
+    model(images()).logsumexp(dim=1).sum().backward()
+    assert not [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+    x = images(4)
+    alone, batched = model(x[:2]), model(torch.cat([x[:2], 10 * x[2:]]))[:2]
+    assert not torch.allclose(alone, batched)
+    model.eval()  # running statistics: per image again
+    assert torch.allclose(model(x[:2]), model(torch.cat([x[:2], 10 * x[2:]]))[:2], atol=1e-5)
+
+
+def test_the_cpu_resnet_config_matches_the_data_size_vits_flops():
+    """configs/resnet_cpu_fashion_mnist.yaml: basic blocks, BatchNorm, a stride-1 stem, within 10% of
+    the FLOPs per image of vit/data_size's ViT (fashion_mnist.yaml at embed_dim 32, 2 heads)."""
+    import yaml
+
+    from lightning_modules.model_stats import count_flops
+    from models.vit import ViT
+
+    def net_args(name: str) -> dict:
+        text = open(f"reproductions/vit/configs/{name}").read()
+        return yaml.safe_load(text)["model"]["init_args"]["net"]["init_args"]
+
+    resnet = ResNet(**net_args("resnet_cpu_fashion_mnist.yaml"))
+    vit = ViT(**{**net_args("fashion_mnist.yaml"), "embed_dim": 32, "num_heads": 2})
+    assert resnet.block == "preact_basic" and resnet.norm_kind == "batch" and resnet.stride == 4
+    x = torch.zeros(1, 1, 28, 28)
+    ratio = count_flops(resnet, x) / count_flops(vit, x)
+    assert 0.9 < ratio < 1.1, ratio

@@ -217,6 +217,30 @@ def test_variants_crossed_with_a_product_carry_both_axes_and_their_own_base(tmp_
     assert [v.name for v in gpu.variants] == ["ViT-S,n=1000", "ResNet-S,n=1000"]
 
 
+def test_variant_overrides_set_values_per_variant_after_its_own_in_that_profile_only(tmp_path):
+    """A profile's ``variant_overrides`` (values tuned per family and size) go after the named variant's
+    own overrides, in that profile alone; the other variants and profiles keep theirs, the axes stay."""
+    path = write_sweep(
+        tmp_path / "tuned.yaml",
+        aliases={"n": "data.init_args.train_samples", "lr": "model.init_args.lr"},
+        variants=[{"name": "A", "overrides": {"lr": 0.1}}, {"name": "B"}],
+        product={"n": [100, 300]},
+        profiles={"smoke": {"seeds": 1}, "cpu": {"variant_overrides": {"A,n=300": {"lr": 0.5}, "B,n=100": {"lr": 0.2}}}},
+    )
+    cpu = {v.name: v for v in make_plan(path, "cpu", root=tmp_path).variants}
+    assert cpu["A,n=300"].overrides == {"model.init_args.lr": 0.5, "data.init_args.train_samples": 300}
+    assert cpu["A,n=100"].overrides["model.init_args.lr"] == 0.1
+    assert cpu["B,n=100"].overrides["model.init_args.lr"] == 0.2 and "model.init_args.lr" not in cpu["B,n=300"].overrides
+    assert cpu["A,n=300"].axes == {"lr": 0.1, "n": 300}  # the grid's axes, not the tuned values
+    args = next(r.args for r in make_plan(path, "cpu", root=tmp_path).runs if r.variant.name == "A,n=300")
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--model.init_args.lr"] == ["0.5"]
+    smoke = {v.name: v for v in make_plan(path, "smoke", root=tmp_path).variants}
+    assert smoke["A,n=300"].overrides["model.init_args.lr"] == 0.1
+    bad = write_sweep(tmp_path / "bad.yaml", variants=[{"name": "A"}], profiles={"smoke": {"variant_overrides": {"C": {}}}})
+    with pytest.raises(SweepError, match=r"variant_overrides: unknown keys \['C'\]; allowed: \['A'\]"):
+        load_sweep(bad)
+
+
 @pytest.mark.parametrize(
     "spec, message",
     [

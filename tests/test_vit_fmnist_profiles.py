@@ -37,10 +37,17 @@ def test_the_four_ablations_the_relative_study_and_the_tuning_have_an_fmnist_pro
         assert prof.base in (None, "reproductions/vit/configs/fashion_mnist.yaml"), (sweep, profile)
     plan = make_plan("vit/patch_size", "fmnist", seeds=1)
     assert sorted((28 // r.variant.axes["patch_size"]) ** 2 for r in plan.runs) == [16, 49, 196]
+    for sweep in ("vit/patch_size", "vit/position"):  # the longer budget: 4x the epochs, on the epochs axis
+        long = load_sweep(sweep).profile("fmnist-long")
+        assert long.overrides["trainer.max_epochs"] == 16 and (long.scale.axis, long.scale.value) == ("epochs", 16)
+
+
+#: the ``fmnist-long`` profiles are the same recipe at more epochs (which the smoke sizes replace): built in test_sweep_spec.py
+RUN = [(s, p) for s, p in FMNIST if not p.endswith("-long")]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sweep, profile", FMNIST, ids=[f"{s}-{p}" for s, p in FMNIST])
+@pytest.mark.parametrize("sweep, profile", RUN, ids=[f"{s}-{p}" for s, p in RUN])
 def test_every_fmnist_profile_completes_with_the_smoke_sizes(sweep, profile, tmp_path):
     write_fashion(tmp_path / "fashion", n_train=200, n_test=40)
     extra = [
@@ -62,3 +69,28 @@ def test_every_fmnist_profile_completes_with_the_smoke_sizes(sweep, profile, tmp
             assert 0.0 <= res["test"]["test/acc"] <= 1.0
         distance = json.loads((run.run_dir / "analysis" / "attention_distance.json").read_text())
         assert distance  # the analysis of the overlay's callback
+
+
+@pytest.mark.slow
+def test_the_data_size_tuning_runs_each_family_on_validation_only(tmp_path):
+    """vit/tune's data_size path (families x lr x weight decay on data_size's subsets, early stopping by
+    steps, never tested) at the smoke profile's sizes: each family's first run completes with its lr and
+    weight decay, a best validation score and no test metric."""
+    write_fashion(tmp_path / "fashion", n_train=200, n_test=40)
+    extra = ["--data.init_args.data_dir", str(tmp_path / "fashion"), "--data.init_args.cache_dir", str(tmp_path / "cache"),
+             "--data.init_args.batch_size", "16", "--data.init_args.train_samples", "100"]  # fmt: skip
+    plan = make_plan("vit/tune", "smoke-data_size", root=tmp_path / "runs", extra=extra)
+    assert len(plan.runs) == 3 * 2 * 2
+    full = make_plan("vit/tune", "data_size")
+    assert {(v.axes["model"], v.axes["train_samples"], v.axes["lr"], v.axes["wd"]) for v in full.variants} == {
+        (m, n, lr, wd) for m in ("ViT", "Hybrid", "ResNet") for n in (1000, 10000, 54000)
+        for lr in (1e-3, 2e-3, 4e-3) for wd in (0.05, 0.2)}  # fmt: skip
+    for model in ("ViT", "Hybrid", "ResNet"):
+        run = next(r for r in plan.runs if r.variant.axes["model"] == model and r.variant.axes["lr"] == 4e-3
+                   and r.variant.axes["wd"] == 0.2)  # fmt: skip
+        cli_main(run.args)
+        res = read_results(run.run_dir)
+        assert res is not None and res["status"] == "finished", run.label
+        assert res["best"]["monitor"] == "val/acc" and res["best"]["score"] is not None and not res.get("test")
+        config = (run.run_dir / "config.yaml").read_text()
+        assert "lr: 0.004" in config and "weight_decay: 0.2" in config and "augment: none" in config

@@ -39,12 +39,14 @@ command line, or any path to a YAML file) holds:
 
 Every profile names its scale (``repro claims`` orders the profiles by it and draws each claim
 against it): ``scale: {axis: tokens, value: 16, data: digits}``; ``axis`` is one of ``SCALE_AXES``
-(``tokens``, ``train_images``, ``samples``: a positive number; ``dataset``: a name), ``data`` the
-data set (optional).
+(``tokens``, ``train_images``, ``samples``, and the training budget ``epochs`` or ``train_steps``:
+a positive number; ``dataset``: a name), ``data`` the data set (optional).
 A profile adds overrides to every run, may add ``configs`` (overlay YAML files given after each
 run's base config and before the overrides, e.g. a data source: ``reproductions/bst/sources/*.yaml``)
 and may replace ``base``, ``seeds``, ``variants`` or
-``product`` (e.g. the patch sizes an image size allows), set ``jobs`` (runs at once) and
+``product`` (e.g. the patch sizes an image size allows), give ``variant_overrides`` (variant name ->
+overrides for that variant alone, after its own: values tuned per variant, such as each family's
+learning rate at each training-set size), set ``jobs`` (runs at once) and
 ``threads`` (CPU threads per run), and give ``report`` keys that replace the sweep's for that
 profile (e.g. another ``target`` and ``budget_s``). A profile sized for one machine states its
 expected time there in ``device_s`` (seconds for all its runs at its seeds: the ``h200`` profiles,
@@ -80,10 +82,13 @@ _SWEEP_KEYS = {
     "references", "claims", "report", "metric", "columns", "profiles",
 }  # fmt: skip
 _PROFILE_KEYS = {"description", "scale", "base", "configs", "seeds", "jobs", "threads", "overrides", "variants", "product",
-                 "report", "device_s"}
+                 "variant_overrides", "report", "device_s"}
 _SCALE_KEYS = {"axis", "value", "data"}
 #: a profile's ``scale.axis`` -> how its value is named (``dataset``: the value is the data set's name)
-SCALE_AXES = {"tokens": "tokens", "train_images": "training images", "samples": "samples", "dataset": "data set"}
+SCALE_AXES = {"tokens": "tokens", "train_images": "training images", "samples": "samples", "dataset": "data set",
+              "epochs": "epochs", "train_steps": "training steps"}
+#: the scale axes that measure the training budget, not the data or the model
+BUDGET_AXES = ("epochs", "train_steps")
 _VARIANT_KEYS = {"name", "overrides", "paper", "description", "base", "axes"}
 _REFERENCE_KEYS = {"label", "scale", "note", "unverified"}
 _METRIC_KEYS = {"key", "label", "scale", "digits", "unit", "ceiling"}
@@ -410,6 +415,10 @@ def load_sweep(ref: str | os.PathLike) -> Sweep:
         report = spec.get("report") or {}
         if not isinstance(report, dict):
             raise SweepError(f"{w}.report={report!r}: expected a mapping of report keys (e.g. {{target: 0.93, budget_s: 600}})")
+        profile_variants = _expand(w, _profile_grid(raw, spec), aliases) if ("variants" in spec or "product" in spec) else None
+        if "variant_overrides" in spec:
+            profile_variants = _variant_overrides(f"{w}.variant_overrides", spec["variant_overrides"],
+                                                  profile_variants or variants, aliases)
         profiles[name] = Profile(
             name=str(name),
             description=spec.get("description"),
@@ -418,7 +427,7 @@ def load_sweep(ref: str | os.PathLike) -> Sweep:
             jobs=jobs,
             threads=threads,
             overrides={aliases.get(k, k): v for k, v in profile_overrides.items()},
-            variants=_expand(w, _profile_grid(raw, spec), aliases) if ("variants" in spec or "product" in spec) else None,
+            variants=profile_variants,
             configs=configs,
             scale=_scale(f"{w}.scale", spec["scale"]) if "scale" in spec else None,
             report=dict(report),
@@ -458,6 +467,19 @@ def load_sweep(ref: str | os.PathLike) -> Sweep:
         profiles=profiles,
         columns=columns,
     )
+
+
+def _variant_overrides(where: str, spec: Any, variants: list[Variant], aliases: dict[str, str]) -> list[Variant]:
+    """The profile's variants with ``spec`` (variant name -> overrides) applied after each named
+    variant's own overrides; a name the profile does not have is an error listing its variants."""
+    spec = _check_keys(where, spec, {v.name for v in variants})
+    out = []
+    for v in variants:
+        extra = spec.get(v.name) or {}
+        extra = _check_keys(f"{where}.{v.name}", extra, set(extra))
+        out.append(Variant(v.name, {**v.overrides, **{aliases.get(k, k): x for k, x in extra.items()}},
+                           axes=dict(v.axes), paper=v.paper, base=v.base))  # fmt: skip
+    return out
 
 
 def _scale(where: str, spec: Any) -> Scale:
