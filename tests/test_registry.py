@@ -10,6 +10,7 @@ import errno
 import json
 import os
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from reproductions.sweeping.records import (
     record_path,
     stale_records,
 )
+from reproductions.sweeping.reuse import run_config
 from reproductions.sweeping.sweep_report import render
 from tests.report_helpers import result
 
@@ -156,6 +158,10 @@ def test_a_run_resumed_from_its_own_checkpoint_is_the_uninterrupted_run(tmp_path
     rec = read_record(outcomes[resumed].added).data
     assert rec["overrides"] == {} and rec["config_digest"] == config_digest(patch4_cpu)
     assert outcomes[started].added is None and "ckpt_path: " + repr(other) + " in the run, None" in outcomes[started].refused
+    moved = tmp_path / "moved" / "seed0"  # the resumed run moved elsewhere: still its own checkpoint (results.json's run_dir)
+    shutil.move(resumed, moved)
+    (moved / RESULTS_FILE).write_text(json.dumps({**read_results(moved), "run_dir": str(resumed)}))
+    assert run_config(moved)["ckpt_path"] is None and run_config(started)["ckpt_path"] == other
 
 
 @pytest.mark.parametrize("field, value, message", [

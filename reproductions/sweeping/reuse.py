@@ -101,8 +101,9 @@ def run_config(run_dir: Path) -> dict[str, Any] | None:
     """A run directory's resolved ``config.yaml`` (None if missing or unparsable), as the run
     computed it: a run resumed from a checkpoint in its own directory (``--ckpt_path
     <run dir>/checkpoints/last.ckpt`` after an interruption) resumes exactly, so it has computed
-    what the uninterrupted run computes and its ``ckpt_path`` is read as unset. A ``ckpt_path``
-    elsewhere (weights from another run) is kept: that run computed something else."""
+    what the uninterrupted run computes and its ``ckpt_path`` is read as unset; so does a run moved
+    since, whose ``ckpt_path`` lies in the directory where it ran (results.json's ``run_dir``). A
+    ``ckpt_path`` elsewhere (weights from another run) is kept: that run computed something else."""
     from reproductions.run.ckpt_paths import in_run_dir
 
     try:
@@ -110,9 +111,18 @@ def run_config(run_dir: Path) -> dict[str, Any] | None:
     except OSError:
         return None
     ckpt = config.get("ckpt_path") if config else None
-    if ckpt and in_run_dir(ckpt, run_dir):
+    ran_in = (read_results(run_dir) or {}).get("run_dir") if ckpt else None
+    if ckpt and (in_run_dir(ckpt, run_dir) or (isinstance(ran_in, str) and _inside(ckpt, ran_in))):
         return {**config, "ckpt_path": None}
     return config
+
+
+def _inside(path: str, folder: str) -> bool:
+    """Whether ``path`` names a file under ``folder``, as written (both as the run saw them, maybe elsewhere now)."""
+    import os
+
+    path, folder = os.path.normpath(str(path)), os.path.normpath(folder)
+    return os.path.isabs(path) == os.path.isabs(folder) and path.startswith(folder + os.sep)
 
 
 def finished_runs(root: Path, exclude: Sequence[Path] = ()) -> dict[str, list[Path]]:
