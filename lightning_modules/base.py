@@ -60,6 +60,7 @@ from torch import nn
 from lightning_modules.model_stats import count_flops, count_parameters
 from lightning_modules.sharding import is_sharded, shard_net
 from utils.choices import check_choice, choices
+from utils.stop import pause_at
 
 #: the rate after warm-up: held (``constant``) or cosine-decayed to ``lr * min_lr_ratio``
 Schedule = Literal["constant", "cosine"]
@@ -258,8 +259,10 @@ class TrainingModule(LightningModule):
         example = self.inspect_data(datamodule)
         if self.flops_per_sample is None and example is not None:
             try:
+                pause_at("flops")  # the test hook (utils/stop.py): a signal here must stop the run, not the count
                 self.flops_per_sample = count_flops(self.net, example)
-            except Exception as err:  # FLOPs are a report nicety, never a reason to stop a run
+            except Exception as err:  # FLOPs are a report nicety, never a reason to stop a run (a signal is not
+                # an Exception: it stops the run)
                 warnings.warn(f"could not count FLOPs: {err}", stacklevel=2)
 
     def configure_model(self) -> None:

@@ -17,6 +17,11 @@ Commands:
 Every command fails the same way (reproductions/run/errors.py): one last line ``error: ...`` naming
 what is wrong and what to do, exit status 2 for a usage error and 1 for a failure while running,
 no traceback unless ``--debug`` is on the command line (anywhere) or ``REPRO_DEBUG=1``.
+
+SIGTERM, SIGINT and SIGUSR1 stop every command from the moment ``main`` starts
+(``utils/stop.py``): one ``error: stopped by SIGTERM ...`` line, exit status 128 + the signal's
+number; a fit that has started training stops at the end of the step and saves a checkpoint
+(``reproductions/run/signals.py``), a sweep stops its runs that way (``reproductions/sweeping/launch.py``).
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ import sys
 from collections.abc import Sequence
 from importlib import import_module
 
-from reproductions.run.errors import argparse_errors, pop_debug_flag, run_command
+from reproductions.run.errors import RunInterrupted, argparse_errors, pop_debug_flag, run_command
+from utils import stop
 
 #: commands beside Lightning's (fit, validate, test, predict): name -> module with ``main(argv)``
 TOOLS = {
@@ -73,20 +79,33 @@ def dispatch(argv: Sequence[str], *, from_command_line: bool = False) -> int | N
             return tool(argv[1:])
     from reproductions.run.cli import main as cli_main
 
+    try:
+        _fit(cli_main, argv, from_command_line)
+    except stop.StopRequested as e:  # before the run took charge of it: parsing, building the model
+        what = "training" if argv[:1] == ["fit"] else (argv[:1] or ["the command"])[0]
+        raise RunInterrupted(f"stopped by {e.name} before {what} started; nothing to resume; rerun the same "
+                             "command to start again", signum=e.signum) from e
+    return None
+
+
+def _fit(cli_main, argv: list[str], from_command_line: bool) -> None:
     # From the command line LightningCLI reads sys.argv itself (given both, it warns on every run).
     if from_command_line:
         sys.argv[1:] = argv  # without --debug: the DDP launcher restarts this command from sys.argv
         cli_main(None)
     else:
         cli_main(argv)
-    return None
 
 
 def main(argv: list[str] | None = None) -> int:
     from_command_line = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
-    debug = pop_debug_flag(argv)
-    return run_command(lambda a: dispatch(a, from_command_line=from_command_line), argv, debug=debug)
+    previous = stop.install()  # first: a signal from here on stops the command with one line
+    try:
+        debug = pop_debug_flag(argv)
+        return run_command(lambda a: dispatch(a, from_command_line=from_command_line), argv, debug=debug)
+    finally:
+        stop.restore(previous)
 
 
 if __name__ == "__main__":

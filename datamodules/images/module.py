@@ -35,6 +35,7 @@ from datamodules.images.transforms import (
     timm_policy,
 )
 from datamodules.sampler import ResumableLoader, ResumableSampler, run_seed
+from utils.stop import pause_at
 
 Interpolation = Literal["bilinear", "bicubic"]
 ON_DEVICE_AUGMENTS = ("none", "flip", "crop_flip")
@@ -225,6 +226,7 @@ class ImageDataModule(L.LightningDataModule):
     def prepare_data(self) -> None:
         """Prepare the data once (convert local files, download and verify hub data, prepare folders, decode what
         is held in memory); runs on local rank 0 only."""
+        pause_at("data")  # the test hook (utils/stop.py): a signal while the data is prepared
         self._pools(self._read(), keep=False)
 
     def setup(self, stage: str | None = None) -> None:

@@ -83,6 +83,7 @@ from reproductions.run.rundir import (
 )
 from reproductions.run.signals import StopAtTheSameStep, StopSignals, slurm_requeue
 from reproductions.run.tracking import read_run_id, run_logger
+from utils.stop import pause_at
 
 
 def _as_list(value) -> list:
@@ -138,6 +139,7 @@ class ReproductionCLI(RecordsFailures, WritesResults, LightningCLI):
         return sorted(names)
 
     def parse_arguments(self, parser, args) -> None:
+        pause_at("parse")
         try:
             super().parse_arguments(parser, args)
         except argparse.ArgumentError as e:
@@ -195,6 +197,7 @@ class ReproductionCLI(RecordsFailures, WritesResults, LightningCLI):
     def instantiate_classes(self) -> None:
         """Lightning's, with every error in building the classes turned into one line (exit 2)."""
         try:
+            pause_at("model")
             self.config_init = self.parser.instantiate_classes(self.config)
         except Exception as e:  # noqa: BLE001 - a config that cannot be built is a usage error
             raise UsageError(config_message(e)) from e
@@ -348,17 +351,17 @@ class ReproductionCLI(RecordsFailures, WritesResults, LightningCLI):
         check_launch(self.trainer)
         rank_zero = is_rank_zero()
         lock = RunDirLock(self.log_dir, self.command(), say=lambda m: print(m, file=sys.stderr, flush=True))
-        if rank_zero:
-            lock.acquire()
-        launcher = getattr(self.trainer.strategy, "launcher", None)
-        bound_rendezvous(self.trainer.strategy, self._run_options().rendezvous_timeout,
-                         on_signal=lambda signum: exit_on_signal(signum, release=lock.release,
-                                                                 children=getattr(launcher, "procs", ()),
-                                                                 say=rank_zero))
+        self.signals.install()  # before the lock: a signal from here on releases it
         try:
+            if rank_zero:
+                lock.acquire()
+            launcher = getattr(self.trainer.strategy, "launcher", None)
+            bound_rendezvous(self.trainer.strategy, self._run_options().rendezvous_timeout,
+                             on_signal=lambda signum: exit_on_signal(signum, release=lock.release,
+                                                                     children=getattr(launcher, "procs", ()),
+                                                                     say=rank_zero))
             if subcommand == "fit" and rank_zero and not self.trainer.fast_dev_run:
                 self._prepare_fit_dir()  # a smoke test (fast_dev_run) writes nothing there: no rules
-            self.signals.install()
             try:
                 super()._run_subcommand(subcommand)
             except BaseException as e:
@@ -366,10 +369,10 @@ class ReproductionCLI(RecordsFailures, WritesResults, LightningCLI):
                 if error is e:
                     raise
                 raise error from e
-            finally:
-                self.signals.restore()
         finally:
+            self.signals.stopping = True  # a signal now is noted, never raised into the release of the lock
             lock.release()
+            self.signals.restore()
 
 def main(args: list[str] | None = None) -> ReproductionCLI:
     return ReproductionCLI(args=args)

@@ -31,6 +31,8 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
+from utils.stop import StopRequested
+
 DEBUG_FLAG = "--debug"
 DEBUG_ENV = "REPRO_DEBUG"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -61,11 +63,14 @@ class RunFailed(ReproError, RuntimeError):
 
 
 class RunInterrupted(ReproError):
-    """The run was stopped by a signal (exit status 128 + signal number)."""
+    """The run was stopped by a signal (exit status 128 + signal number); ``quiet``: exit without the
+    line (a process of a multi-process run other than the first, which says it)."""
 
-    def __init__(self, message: str, *, signum: int | None = None, exit_code: int | None = None) -> None:
+    def __init__(self, message: str, *, signum: int | None = None, exit_code: int | None = None,
+                 quiet: bool = False) -> None:
         super().__init__(message, exit_code=exit_code if exit_code is not None else 128 + (signum or 2))
         self.signum = signum
+        self.quiet = quiet
 
 
 # ----------------------------------------------------------------------------------- debug switch
@@ -285,6 +290,8 @@ def describe(exc: BaseException) -> tuple[str, int]:
         return one_line(str(exc), limit=10_000), exc.exit_code
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted (Ctrl-C); rerun the same command to start again", 130
+    if isinstance(exc, StopRequested):  # a signal (utils/stop.py) that no part of the command turned into its own line
+        return f"stopped by {exc.name}; rerun the same command to start again", 128 + exc.signum
     if isinstance(exc, argparse.ArgumentError):  # jsonargparse's parse errors
         return one_line(parser_error(exc)), 2
     text = str(exc).strip() or type(exc).__name__
@@ -376,8 +383,11 @@ def config_message(exc: BaseException) -> str:
 
 
 def report(exc: BaseException, *, debug: bool | None = None) -> int:
-    """Print the traceback (if debugging) and the one ``error:`` line for ``exc``; return its exit status."""
+    """Print the traceback (if debugging) and the one ``error:`` line for ``exc``; return its exit status.
+    A process of a multi-process run other than the first stops without a line (``quiet``): the first says it."""
     line, code = describe(exc)
+    if getattr(exc, "quiet", False) and not (debug if debug is not None else debug_enabled()):
+        return code
     if debug if debug is not None else debug_enabled():
         traceback.print_exception(exc)
     with contextlib.suppress(Exception):

@@ -11,7 +11,10 @@ from lightning_modules.callbacks import NonFiniteLossError
 from lightning_modules.checkpoint_io import CheckpointWriteError
 from reproductions.run.errors import RunFailed, RunInterrupted, exception_chain, one_line
 from reproductions.run.results import write_results
+from reproductions.run.rundir import is_rank_zero
+from reproductions.run.signals import stop_children
 from reproductions.run.tracking import log_status
+from utils.stop import StopRequested
 
 
 class RecordsFailures:
@@ -21,47 +24,74 @@ class RecordsFailures:
         """What a failed subcommand raises: a signal becomes RunInterrupted with the resume command,
         a non-finite loss or a failed checkpoint write RunFailed; the rest as is. A fit that had
         started leaves results.json with status ``failed`` or ``interrupted``."""
+        self.signals.stopping = True  # a second signal must not cut the cleanup short
         chain = exception_chain(exc)
         trainer = getattr(self, "trainer", None)
         signum = self.signals.received
         sigterm_exc = any(type(e).__name__ == "SIGTERMException" for e in chain)
+        requested = next((e for e in chain if isinstance(e, StopRequested)), None)
         lightning_ctrl_c = (isinstance(exc, SystemExit) and not sigterm_exc and trainer is not None
                             and trainer.interrupted)
-        if isinstance(exc, KeyboardInterrupt) or (lightning_ctrl_c and signum is None):
+        if requested is not None:
+            signum = requested.signum
+        elif isinstance(exc, KeyboardInterrupt) or (lightning_ctrl_c and signum is None):
             signum = signal.SIGINT
-        interrupted = sigterm_exc or isinstance(exc, (RunInterrupted, KeyboardInterrupt)) or lightning_ctrl_c
+        interrupted = (sigterm_exc or requested is not None or lightning_ctrl_c
+                       or isinstance(exc, (RunInterrupted, KeyboardInterrupt)))
         if interrupted:
-            error: BaseException = self._interrupted(subcommand, int(signum or signal.SIGTERM))
+            signum = int(signum or signal.SIGTERM)
+            if not self.signals.trained and trainer is not None:
+                stop_children(trainer, signum)  # before training nothing tells the other processes: stop them
+            error: BaseException = self._interrupted(subcommand, signum)
         else:
             named = next((e for e in chain if isinstance(e, (NonFiniteLossError, CheckpointWriteError))), None)
             error = RunFailed(str(named)) if named is not None else exc
         if subcommand == "fit":
             self._record_failure("interrupted" if interrupted else "failed", error, exc)
+        if trainer is not None:
+            try:  # W&B's farewell before the error line, not after it
+                self._finish_wandb()
+            except Exception:  # noqa: BLE001 - reporting must not hide the run's own error
+                pass
         return error
 
     def _interrupted(self, subcommand: str, signum: int) -> RunInterrupted:
+        """The one line of a stopped run (said by the first process; the others stop quietly); for a fit
+        ``self.resume_ckpt``, the checkpoint it names (also results.json's ``checkpoint``)."""
         name = signal.Signals(signum).name
+        quiet = not is_rank_zero()
         saved = getattr(getattr(self, "on_signal", None), "saved", None)
         if subcommand != "fit":
             return RunInterrupted(f"stopped by {name} during {subcommand}; rerun the same command: {self.command()}",
-                                  signum=signum)
+                                  signum=signum, quiet=quiet)
         last = self.run_dir / "checkpoints" / "last.ckpt"
+        self.resume_ckpt = None
         if saved:
             where = (f"at step {self.on_signal.step} (epoch {self.on_signal.epoch}); saved {saved}")
             ckpt = saved
-        elif last.is_file():
+        elif getattr(self, "training_done", False) and last.is_file():
+            where, ckpt = (f"after training finished (step {self.trainer.global_step}), before the test and "
+                           f"results.json (resuming tests and writes them); the checkpoint is {last}"), str(last)
+        elif self.resume_from is not None and not self.signals.trained:
+            where, ckpt = f"before training resumed from {self.resume_from}", str(self.resume_from)
+        elif last.is_file() and self.signals.trained:
             where, ckpt = f"before a checkpoint at this step could be saved; the last one is {last}", str(last)
         else:
-            return RunInterrupted(f"stopped by {name} before the first checkpoint; rerun the same command to start "
-                                  f"again: {self.command()}", signum=signum)
-        return RunInterrupted(f"stopped by {name} {where}; resume with: {self.command(ckpt)}", signum=signum)
+            return RunInterrupted(f"stopped by {name} before training started; nothing to resume; rerun the same "
+                                  f"command to start again: {self.command()}", signum=signum, quiet=quiet)
+        self.resume_ckpt = ckpt
+        return RunInterrupted(f"stopped by {name} {where}; resume with: {self.command(ckpt)}", signum=signum,
+                              quiet=quiet)
 
     def _record_failure(self, status: str, error: BaseException, original: BaseException) -> None:
-        """results.json with ``status`` (never ``finished``) for a fit that had started; W&B told too."""
+        """results.json with ``status`` (never ``finished``) for a fit that had started, or that was stopped
+        with a checkpoint to resume from; W&B told too."""
         trainer = getattr(self, "trainer", None)
         clock = getattr(self, "clock", None)
-        if trainer is None or clock is None or not clock.started or trainer.fast_dev_run:
+        if trainer is None or clock is None or trainer.fast_dev_run:
             return
+        if not clock.started and not (status == "interrupted" and getattr(self, "resume_ckpt", None)):
+            return  # stopped before fit started: no results.json, unless it names the checkpoint to resume from
         if not trainer.is_global_zero:
             return
         run = self._run_options()
@@ -82,13 +112,12 @@ class RecordsFailures:
         }
         record["ended_at"] = record.pop("finished_at", None)
         if status == "interrupted":
-            record["checkpoint"] = getattr(self.on_signal, "saved", None)
+            record["checkpoint"] = getattr(self, "resume_ckpt", None)
         try:
             write_results(self.run_dir, record)
         except OSError:
             pass  # e.g. the disk is full: the error line still says what happened
         try:
             log_status(trainer.loggers, status)
-            self._finish_wandb()
         except Exception:  # noqa: BLE001 - reporting must not hide the run's own error
             pass

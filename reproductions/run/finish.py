@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import sys
 
+from lightning.pytorch.callbacks import EarlyStopping
 from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.utilities import rank_zero_info
 
 from reproductions.run.artifacts import log_checkpoints
+from reproductions.run.curve import plateau, read_curve
 from reproductions.run.results import RESULTS_FILE, environment, fit_record, git_at_end, git_state, write_results
 from reproductions.run.tracking import RUN_FILES, log_results, log_status, save_with_run, wandb_runs
+from utils.stop import pause_at
 
 
 class WritesResults:
@@ -69,6 +72,8 @@ class WritesResults:
             rank_zero_info("fit did not finish: no results.json written")
             log_status(trainer.loggers, "interrupted" if trainer.interrupted else "failed")
             return
+        self.training_done = True
+        self.signals.check()  # a signal at the last step (Lightning ends training there) or in the last validation
         run = self._run_options()
         if trainer.fast_dev_run:
             if run.test_after_fit:
@@ -90,6 +95,8 @@ class WritesResults:
             ckpt = "best" if run.test_ckpt == "best" else None
             outputs = trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt, verbose=False)
             test_metrics = dict(outputs[0]) if outputs else {}
+            self.signals.check()  # a signal in the test's last batch: Lightning finishes the stage
+        pause_at("report")
         if trainer.is_global_zero:
             results = self.collect_results(test_metrics, final_metrics, fit)
             write_results(self.run_dir, results)
@@ -126,5 +133,13 @@ class WritesResults:
             "test_ckpt": run.test_ckpt,
             "final": final_metrics,
             **fit,
+            "plateau": self._plateau(fit),
             **self._environment(),
         }
+
+    def _plateau(self, fit: dict) -> dict:
+        """Whether the monitored validation metric stopped improving (reproductions/run/curve.py)."""
+        stoppers = [c for c in self.trainer.callbacks if isinstance(c, EarlyStopping)]
+        stopped = any(c.wait_count >= c.patience for c in stoppers) if stoppers else None
+        return plateau(read_curve(self.log_dir / "metrics.csv"), (fit.get("best") or {}).get("monitor"),
+                       stopped_early=stopped, val_size=(fit.get("data") or {}).get("val_size"))

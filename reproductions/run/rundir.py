@@ -167,11 +167,11 @@ class RunDirLock:
                     self.say(f"run directory {self.run_dir}: took over the stale lock of a run that is gone "
                              f"({describe_holder(holder) if holder else 'unreadable lock'})")
                 continue
+            self.held = True  # from the create on: a signal while it is written still removes it (release)
             with os.fdopen(fd, "w") as f:
                 json.dump(self._content(), f)
                 f.flush()
                 os.fsync(f.fileno())
-            self.held = True
             return
         raise RunDirBusy(f"run directory {self.run_dir}: could not take {self.path} (other runs keep taking it); "
                          "try again")
@@ -211,9 +211,11 @@ class RunDirLock:
         self.held = False
         try:
             holder = json.loads(self.path.read_text())
-        except (OSError, json.JSONDecodeError):
+        except FileNotFoundError:
             return
-        if holder.get("pid") == os.getpid() and holder.get("host") == platform.node():
+        except (OSError, json.JSONDecodeError):
+            holder = None  # ours, stopped while it was written
+        if not isinstance(holder, dict) or (holder.get("pid") == os.getpid() and holder.get("host") == platform.node()):
             self.path.unlink(missing_ok=True)
 
     def __enter__(self) -> "RunDirLock":

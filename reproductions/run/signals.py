@@ -1,10 +1,14 @@
-"""SIGTERM and SIGUSR1 while a command runs: stop cleanly, at the same step on every process.
+"""SIGTERM, SIGINT and SIGUSR1 while a run runs: stop cleanly, at the same step on every process.
 
 A cluster stops a job by a signal: SIGTERM at preemption or the time limit, SIGUSR1 ahead of it
-when the job asked (``--signal=SIGUSR1@90``). What a run does with it:
+when the job asked (``--signal=SIGUSR1@90``); a user by Ctrl-C (SIGINT) or ``kill``. From the
+process's start to the run's own handler the signal raises ``utils.stop.StopRequested`` (set by
+``reproductions/__main__.py``). What a run does with it:
 
-- Before training (setting up, loading data) and between fit and test, the command stops at once
-  with ``RunInterrupted`` (one line, exit 128 + the signal number).
+- Before training (parsing, building the model, preparing the data, starting W&B, counting FLOPs)
+  the command stops at once with ``RunInterrupted`` (one line, exit 128 + the signal number): it
+  raises ``StopRequested``, which no ``except Exception`` on the way swallows; in a multi-process
+  run the first process stops the processes it started (``stop_children``).
 - During training the signal is only noted; at the end of the current training step every process
   learns whether any of them got one (one all-reduce of a flag, ``StopAtTheSameStep``), and if so all
   of them stop there together: Lightning raises its ``SIGTERMException`` at the end of that batch on
@@ -13,7 +17,10 @@ when the job asked (``--signal=SIGUSR1@90``). What a run does with it:
   the signal handler and forwards the signal to the other local processes, so a signal that reaches
   every rank of a DDP job (as a scheduler sends it) leaves the ranks in different collectives and
   the job hangs.
-- During ``validate``/``test`` (and fit's sanity check) Lightning's handler stops the stage.
+- During ``validate``/``test`` (and fit's sanity check) Lightning's handler stops the stage; a
+  signal that came at the last training step or the test's last batch stops the run after the
+  stage (``WritesResults`` checks ``received``): results.json is never ``finished`` after a stop.
+- A second Ctrl-C while the first waits for the end of the step stops at once.
 
 Under SLURM, SIGUSR1 stays Lightning's: it requeues the job from ``hpc_ckpt_*.ckpt``.
 """
@@ -21,12 +28,13 @@ Under SLURM, SIGUSR1 stays Lightning's: it requeues the job from ``hpc_ckpt_*.ck
 from __future__ import annotations
 
 import signal
+import subprocess
 import threading
 
 from lightning import Callback, LightningModule, Trainer
 from lightning.fabric.plugins.environments import SLURMEnvironment
 
-from reproductions.run.errors import RunInterrupted
+from utils import stop
 
 
 def slurm_requeue() -> bool:
@@ -39,20 +47,22 @@ def _running(trainer) -> bool:
 
 
 class StopSignals:
-    """The command's handler of SIGTERM and SIGUSR1 (see the module docstring).
+    """The command's handler of SIGTERM, SIGINT and SIGUSR1 (see the module docstring).
 
     ``cli`` is the object whose ``trainer`` attribute is the run's trainer (once built).
     ``received`` is the first signal this process got; ``pending`` whether one arrived during
-    training and was not yet acted on.
+    training and was not yet acted on; ``trained`` whether training started in this process.
     """
 
-    SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+    SIGNALS = stop.STOP_SIGNALS
 
     def __init__(self, cli) -> None:
         self.cli = cli
         self.received: int | None = None
         self.pending = False
         self.training = False
+        self.trained = False
+        self.stopping = False  # the run is ending (failed, stopped or done): a signal is only noted
         self._previous: dict = {}
 
     def signals(self) -> list[int]:
@@ -60,54 +70,90 @@ class StopSignals:
         return [s for s in self.SIGNALS if not (s == signal.SIGUSR1 and slurm_requeue())]
 
     def install(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for signum in self.signals():
-            self._previous[signum] = signal.getsignal(signum)
-            signal.signal(signum, self.handle)
+        self._previous = stop.install(self.handle, self.signals())  # an ignored signal (nohup) stays ignored
 
     def take_over(self) -> None:
         """Handle the signals again after Lightning registered its own for the stage (training)."""
         if threading.current_thread() is not threading.main_thread():
             return
-        for signum in self.signals():
+        for signum in self._previous:
             signal.signal(signum, self.handle)
 
     def restore(self) -> None:
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        stop.restore(self._previous)
         self._previous = {}
 
     def handle(self, signum: int, frame) -> None:
+        again = self.received is not None
         self.received = self.received or signum
-        if self.training:
+        if self.stopping:
+            stop.note(signum)
+            return
+        if self.training and not (again and signum == signal.SIGINT and self.pending):
             self.pending = True  # acted on at the end of the step, on every process at once
+            stop.note(signum)
             return
         trainer = getattr(self.cli, "trainer", None)
         lightning_handles = signal.getsignal(signal.SIGTERM) != self.handle
-        if lightning_handles and _running(trainer):  # validate / test / the sanity check
+        if not self.training and lightning_handles and _running(trainer):  # validate / test / the sanity check
             connector = getattr(trainer, "_signal_connector", None)
             if connector is not None:
-                connector.received_sigterm = True  # SIGUSR1: stop at the end of the batch as for SIGTERM
+                connector.received_sigterm = True  # SIGUSR1, SIGINT: stop at the end of the batch as for SIGTERM
+            stop.note(signum)
             return
-        raise RunInterrupted(f"stopped by {signal.Signals(signum).name}", signum=signum)
+        raise stop.StopRequested(signum)  # not an Exception: no `except Exception` on the way swallows it
+
+    def check(self) -> None:
+        """Raise ``StopRequested`` if a signal came that nothing acted on yet (between stages)."""
+        if self.received is not None:
+            raise stop.StopRequested(self.received)
+
+
+def stop_children(trainer, signum: int, grace_s: float = 5.0) -> None:
+    """Stop the processes this one started for a multi-process run (Lightning's launcher's), which
+    may not have got the signal: ``signum`` first, SIGKILL after ``grace_s`` (a process blocked in a
+    collective waiting for this one never runs its handler)."""
+    launcher = getattr(getattr(trainer, "strategy", None), "launcher", None)
+    procs = [p for p in getattr(launcher, "procs", ()) or () if p.poll() is None]
+    for proc in procs:
+        try:
+            proc.send_signal(signum)
+        except OSError:
+            pass
+    for proc in procs:
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 class StopAtTheSameStep(Callback):
-    """While training: take the signals over from Lightning and stop every process at the same step."""
+    """While training: take the signals over from Lightning and stop every process at the same step.
+    Also the test hook's ``first_step`` and ``test`` phases (``utils.stop.pause_at``)."""
 
     def __init__(self, signals: StopSignals) -> None:
         self.signals = signals
+        self._first = False  # the next training batch is the first of this process (the test hook's first_step)
 
     def on_train_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self.signals.training = True
+        self.signals.training = self.signals.trained = True
         self.signals.take_over()
+        self._first = True
+
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch, batch_idx: int) -> None:
+        if self._first:
+            self._first = False
+            stop.pause_at("first_step")
+
+    def on_test_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        stop.pause_at("test")
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int) -> None:
-        stop = self.signals.pending
+        stopping = self.signals.pending
         if trainer.world_size > 1:
-            stop = trainer.strategy.reduce_boolean_decision(stop, all=False)  # any process got one
-        if stop:
+            stopping = trainer.strategy.reduce_boolean_decision(stopping, all=False)  # any process got one
+        if stopping:
             trainer._signal_connector.received_sigterm = True  # the loop raises SIGTERMException after this batch
             if self.signals.received is None:
                 self.signals.received = int(signal.SIGTERM)  # another process got it: stop as for SIGTERM

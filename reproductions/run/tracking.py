@@ -41,6 +41,7 @@ from urllib.parse import urlsplit
 
 from reproductions.run.errors import RunFailed
 from utils.atomic import atomic_write_text
+from utils.stop import pause_at
 
 #: the file that keeps a directory's W&B run id, under the directory
 RUN_ID_FILE = Path("wandb") / "run_id"
@@ -238,6 +239,7 @@ def init_run(init: dict[str, Any], *, say=None):
         say(mode.line(init["dir"]))
     started = time.time()
     try:
+        pause_at("wandb")  # the test hook (utils/stop.py): a signal while W&B starts
         run = wandb.init(**init, settings=settings)
     except Exception as e:  # noqa: BLE001 - W&B's CommError, a timeout, a refused key: all mean "not now"
         if init.get("mode") == "offline":
