@@ -75,8 +75,26 @@ def claim_verdict(a: Stat, b: Stat) -> str:
     return "holds" if d > 0 else "does not hold"
 
 
-#: a Comparison's verdict, without its note
-VERDICTS = ("holds", "does not hold", "within noise", "no result")
+#: a Comparison's verdict, without its note (docs/claims.md defines each)
+VERDICTS = ("holds", "does not hold", "within noise", "under-trained", "no result")
+
+
+def verdict_counts(comparisons) -> str:
+    """``12 holds, 30 does not hold, 20 within noise, 14 under-trained``: the comparisons by verdict (each
+    claim at each scale counts once), leaving out verdicts with none."""
+    verdicts = [c.verdict for c in comparisons if c.difference is not None]
+    return ", ".join(f"{verdicts.count(v)} {v}" for v in VERDICTS if verdicts.count(v)) or "no verdict"
+
+
+def training_gaps(name: str, stat: Stat, m: Metric = Metric()) -> list[str]:
+    """Why one side of a claim is not trained as well as the budget allows: its mean below its pixel
+    floor, or runs whose validation metric was still rising when they ended (run/curve.py)."""
+    reasons = []
+    if stat.floor is not None and stat.mean is not None and stat.mean < stat.floor:
+        reasons.append(f"{name} {stat.mean:.{m.digits}f} is below its pixel floor {stat.floor:.{m.digits}f}")
+    if stat.rising:
+        reasons.append(f"{name} still rising at the end in {stat.rising} of {stat.n} runs")
+    return reasons
 
 
 @dataclass(frozen=True)
@@ -109,9 +127,20 @@ class Comparison:
         return _std_error(self.stat_b, self.stat_a)
 
     @property
+    def under_trained(self) -> list[str]:
+        """Why the comparison measures the budget rather than the models (``training_gaps`` of each side)."""
+        return [*training_gaps(self.a, self.stat_a, self.metric), *training_gaps(self.b, self.stat_b, self.metric)]
+
+    @property
     def verdict_text(self) -> str:
-        """``claim_verdict`` with its note, or "no result"."""
-        return "no result" if self.difference is None else claim_verdict(self.stat_a, self.stat_b)
+        """``claim_verdict`` with its note; "under-trained (why)" when a side is below its floor or
+        still rising, whatever the gap; or "no result"."""
+        if self.difference is None:
+            return "no result"
+        gaps = self.under_trained
+        if gaps:
+            return f"under-trained ({'; '.join(gaps)})"
+        return claim_verdict(self.stat_a, self.stat_b)
 
     @property
     def verdict(self) -> str:
@@ -122,7 +151,7 @@ class Comparison:
     def note(self) -> str | None:
         """Why the verdict is weaker than it reads ("one seed: no s.e."), or None."""
         text = self.verdict_text
-        return text[text.index("(") + 1 : -1] if self.verdict in ("holds", "does not hold") and "(" in text else None
+        return text[text.index("(") + 1 : -1] if self.verdict in ("holds", "does not hold", "under-trained") and "(" in text else None
 
     def delta_text(self) -> str:
         """a - b in the metric's unit, with its standard error where both sides have n >= 2."""

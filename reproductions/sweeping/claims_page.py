@@ -39,7 +39,8 @@ from typing import Any
 
 from reproductions.run.results import hardware_label
 from reproductions.sweeping.attention_claim import DistanceGroup, distance_section
-from reproductions.sweeping.checks import ClaimLine, Comparison, check_claims
+from reproductions.run.curve import LAST_PART, PLATEAU_THRESHOLD
+from reproductions.sweeping.checks import ClaimLine, Comparison, check_claims, verdict_counts
 from reproductions.sweeping.collect import VariantResults, collect, run_identity
 from reproductions.sweeping.figures import plot_claim_by_scale, png_bytes
 from reproductions.sweeping.floors import FLOORS_DIR, floor_of
@@ -307,11 +308,21 @@ def build_page(gathered: list[SweepClaims], out: str | os.PathLike, figure_dir: 
         "standard error of the difference, sqrt(s_a²/n_a + s_b²/n_b) over the seeds (n: runs of a / of b). "
         "**holds** / **does not hold**: the gap is at least 2 standard errors; **within noise**: under 2; "
         "*one seed*: a side has one run, so there is no standard error and the verdict is the sign alone. "
+        "**under-trained**, whatever the gap: a side's mean test accuracy is below its pixel floor (a logistic "
+        "regression on the raw pixels of the same training images, its regularisation chosen on validation: "
+        "[floors.md](floors.md)), or a run of a side was still improving when it ended (the best validation "
+        f"metric over the last {LAST_PART:.0%} of its steps beat the best before them by more than "
+        f"{PLATEAU_THRESHOLD:g} in the metric's own units, or, for an accuracy, by more than two binomial standard "
+        "errors of it on the validation set where that is larger; and early stopping had not ended it): the "
+        "comparison then measures the training budget, not the models, and a longer run could turn it; the "
+        "reason follows the word. **no result**: a side has no finished run. "
         "Rows go from the smallest scale to the largest. A claim measured at two or more scales has a figure: "
         "a - b against the scale with ± 2 s.e. bars (a bar across zero is within noise); the shaded side of "
         "zero is where the claim holds.",
         "",
     ]
+    comparisons = [c for sc in gathered for measured in sc.claims().values() for _, c in measured]
+    lines += [f"Verdicts on this page, a claim at a scale each: {verdict_counts(comparisons)}.", ""]
     for sc in gathered:
         if sc.measured:
             lines += _sweep_section(sc, page_dir, figure_dir, figures, Path(floors_dir))

@@ -18,13 +18,15 @@ import csv
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from reproductions.run.curve import still_rising
 from reproductions.run.results import RESULTS_FILE, metric_value, read_results, results_state, value_at
 from reproductions.run.rundir import describe_holder, is_stale, read_holder
 from reproductions.sweeping.launch import last_error
 from reproductions.sweeping.plan import LOG_FILE, Plan
+from reproductions.sweeping.floors import floor_of
 from reproductions.sweeping.records import Record, records_of
 from reproductions.sweeping.spec import Metric, Variant
 
@@ -34,6 +36,8 @@ class Stat:
     mean: float | None
     std: float | None  # sample standard deviation (n - 1); None when n < 2
     n: int
+    rising: int = 0  # runs whose validation metric was still improving when they ended (run/curve.py)
+    floor: float | None = None  # the runs' pixel logistic-regression floor on this metric (display units)
 
 
 def mean_std(values: Sequence[float]) -> Stat:
@@ -70,8 +74,13 @@ class VariantResults:
         return self.column(plan.sweep.metric)
 
     def column(self, m: Metric) -> Stat:
-        """A metric column in display units (value x ``m.scale``)."""
-        return mean_std([v * m.scale for v in self.values_of_metric(m.key)])
+        """A metric column in display units (value x ``m.scale``), with how many of its runs were still
+        rising and, for test accuracy, the runs' pixel floor (``FLOORED``)."""
+        measured = [r for r in self.results if _number(metric_value(r, m.key))]
+        stat = mean_std([float(metric_value(r, m.key)) * m.scale for r in measured])
+        floor = floor_of(measured) if m.key in FLOORED and measured else None
+        return replace(stat, rising=sum(still_rising(r) for r in measured),
+                       floor=None if floor is None else FLOORED[m.key](floor) * m.scale)
 
     def ceiling(self, m: Metric) -> Stat:
         """The data's ceiling for ``m`` (display units) as the results record it; n = 0 if none."""
@@ -79,10 +88,18 @@ class VariantResults:
 
     def values_of_metric(self, key: str) -> list[float]:
         values = (metric_value(r, key) for r in self.results)
-        return [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        return [float(v) for v in values if _number(v)]
 
     def seeds(self) -> list[int]:
         return [int(r.get("seed", -1)) for r in self.results]
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+#: metrics that have a pixel floor, and the floor's value of each (a fraction of 1)
+FLOORED = {"test/acc": lambda floor: floor["test_acc"]}
 
 
 def _seed_of(path: Path) -> int | None:

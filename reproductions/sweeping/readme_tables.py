@@ -29,6 +29,7 @@ import re
 from pathlib import Path
 
 from reproductions.run.results import hardware_label
+from reproductions.sweeping.checks import verdict_counts
 from reproductions.sweeping.claims_page import SMOKE_PROFILE, gather, scale_label
 from reproductions.sweeping.collect import collect
 from reproductions.sweeping.plan import make_plan
@@ -64,10 +65,11 @@ def profile_block(sweep_id: str, profile: str, registry: str | os.PathLike) -> s
 def claims_block(registry: str | os.PathLike) -> str:
     """Every claim with records: its verdict at each scale, smallest first."""
     gathered = gather(list(profiles_by_sweep()), "runs", registry=registry, local=False)
-    rows, at_two = [], 0
+    rows, at_two, comparisons = [], 0, []
     for sc in gathered:
         for claim, measured in sc.claims().items():
             cells = []
+            comparisons += [c for _, c in measured]
             for m, c in measured:
                 number = f", {c.delta_text()}" if c.difference is not None else ""
                 cells.append(f"{scale_label(m.profile)}: **{c.verdict}**{number}")
@@ -76,8 +78,10 @@ def claims_block(registry: str | os.PathLike) -> str:
     if not rows:
         return f"No claim has records in `results/` yet ({GENERATED_BY}).\n"
     head = (f"{len(rows)} claims with records, {at_two} of them at two or more scales; each verdict with a - b ± its "
-            f"standard error over the seeds, smallest scale first ({GENERATED_BY}; the figures and every row: "
-            "[docs/claims.md](docs/claims.md)).")  # fmt: skip
+            f"standard error over the seeds, smallest scale first ({GENERATED_BY}; the figures, every row and what "
+            "each verdict means: [docs/claims.md](docs/claims.md)). Verdicts, a claim at a scale each: "
+            f"{verdict_counts(comparisons)}; **under-trained** means a side was below its pixel floor or still "
+            "improving when its runs ended, so the verdict measures the budget, not the models.")  # fmt: skip
     return f"{head}\n\n{markdown_table(['sweep', 'claim (a > b)', 'verdict by scale'], rows, numbers=False)}\n"
 
 

@@ -18,7 +18,9 @@ A record is a few KB of JSON at ``results/<paper>/<sweep>/<profile>/<variant>/se
 - what it measured, at the same paths as ``results.json`` so every reader works on both:
   ``test``, ``test_ckpt``, ``final``, ``best`` (monitor, score), ``model`` (params, FLOPs per
   sample), ``training`` (epochs, steps, batch, samples seen, total FLOPs, fit time, throughput),
-  ``data`` (the DataModule's description), and ``curve``: every validation of the fit
+  ``data`` (the DataModule's description), ``plateau`` (whether the validation metric stopped
+  improving, reproductions/run/curve.py; older records have none and are read from their curve),
+  and ``curve``: every validation of the fit
   (``columns``: step, epoch, ``time/fit_elapsed_s`` and the validation metrics; ``rows``);
   ``attention_distance``: the mean attention distance per layer and head when the fit measured
   it (a ViT);
@@ -46,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reproductions.run.curve import finite_or_none, plateau, read_curve
 from reproductions.run.results import RESULTS_FILE, results_state
 from reproductions.sweeping.spec import REPO_ROOT, SweepError, profiles_by_sweep
 from utils.atomic import atomic_write_json
@@ -70,7 +73,6 @@ LOCATION_KEYS = (
 ANALYSIS_CALLBACKS = ("analysis.callback.AttentionDistanceCallback",)
 #: the profile whose runs are for tests only: never a result
 SMOKE_PROFILE = "smoke"
-_CURVE_FIXED = ("step", "epoch", "time/fit_elapsed_s")
 _DISTANCE_FILE = Path("analysis") / "attention_distance.json"
 
 
@@ -195,6 +197,8 @@ FIELDS: dict[str, tuple[Any, str, bool]] = {
     "attention_distance": (lambda v: isinstance(v, dict) and isinstance(v.get("attention_distance"), list),
                            "the run's analysis/attention_distance.json (an object with an attention_distance list)", False),
     "reused_from": (lambda v: v is None or isinstance(v, str), "<experiment>/<variant>/seed<k> or null", False),
+    "plateau": (lambda v: isinstance(v, dict) and v.get("reached") in (True, False, None),
+                "an object with reached: true, false or null (reproductions/run/curve.py)", False),
 }  # fmt: skip
 
 
@@ -301,35 +305,6 @@ def scrub_paths(value: Any) -> Any:
     return value
 
 
-def _finite(value: Any) -> Any:
-    return value if not isinstance(value, float) or math.isfinite(value) else None
-
-
-def read_curve(metrics_csv: Path) -> dict[str, Any]:
-    """Every validation row of a run's metrics.csv: step, epoch, fit time and the ``val/`` metrics."""
-    import csv
-
-    columns: list[str] = list(_CURVE_FIXED)
-    rows: list[dict[str, float]] = []
-    if metrics_csv.is_file():
-        with open(metrics_csv, newline="") as f:
-            reader = csv.DictReader(f)
-            val = sorted(k for k in (reader.fieldnames or []) if k.startswith("val/"))
-            columns += val
-            for row in reader:
-                if not any(row.get(k) not in (None, "") for k in val):
-                    continue
-                values = {}
-                for k in columns:
-                    try:
-                        values[k] = _finite(float(row[k])) if row.get(k) not in (None, "") else None
-                    except ValueError:
-                        values[k] = None
-                rows.append(values)
-    used = [c for c in columns if c in _CURVE_FIXED or any(r.get(c) is not None for r in rows)]
-    return {"columns": used, "rows": [[r.get(c) for c in used] for r in rows]}
-
-
 def _distance(run_dir: Path) -> dict[str, Any] | None:
     """The run's ``analysis/attention_distance.json`` without its figure paths, or None."""
     try:
@@ -353,6 +328,7 @@ def make_record(run_dir: Path, results: dict[str, Any], config: dict[str, Any], 
     """The registry record of a finished run (see the module docstring)."""
     digest = config_digest(config)
     best = results.get("best") or {}
+    curve = read_curve(run_dir / "metrics.csv")
     record: dict[str, Any] = {
         "schema": SCHEMA,
         "id": run_id(results, digest),
@@ -364,14 +340,16 @@ def make_record(run_dir: Path, results: dict[str, Any], config: dict[str, Any], 
         "config": scrub_paths(computed_part(config)),
         "config_digest": digest,
         "overrides": scrub_paths(config_differences(config, definition)),
-        "test": {k: _finite(v) for k, v in (results.get("test") or {}).items()},
+        "test": {k: finite_or_none(v) for k, v in (results.get("test") or {}).items()},
         "test_ckpt": results.get("test_ckpt"),
-        "final": {k: _finite(v) for k, v in (results.get("final") or {}).items()},
-        "best": {"monitor": best.get("monitor"), "score": _finite(best.get("score"))},
+        "final": {k: finite_or_none(v) for k, v in (results.get("final") or {}).items()},
+        "best": {"monitor": best.get("monitor"), "score": finite_or_none(best.get("score"))},
         "model": results.get("model") or {},
         "training": results.get("training") or {},
         "data": scrub_paths(results.get("data") or {}),
-        "curve": read_curve(run_dir / "metrics.csv"),
+        "curve": curve,
+        "plateau": results.get("plateau") or plateau(curve, best.get("monitor"),
+                                                     val_size=(results.get("data") or {}).get("val_size")),
         "hardware": results.get("hardware") or {"device": "unknown"},
         "versions": results.get("versions") or {},
         "git": {k: v for k, v in (results.get("git") or {}).items() if k in ("commit", "dirty")},
