@@ -59,18 +59,19 @@ def run_tasks(fn: Callable[[Any], dict], tasks: Sequence[Any], weights: Sequence
                 results[i] = fn(task)
                 bar.update(weights[i])
             return results  # type: ignore[return-value]
-        pool = _pool_context().Pool(min(workers, len(tasks)), initializer=_ignore_sigint)
-        finished = False
+        pool, finished = None, False
         try:
+            pool = _pool_context().Pool(min(workers, len(tasks)), initializer=_ignore_sigint)
             for i, result in pool.imap_unordered(_indexed, [(fn, i, t) for i, t in enumerate(tasks)]):
                 results[i] = result
                 bar.update(weights[i])
             pool.close()
             finished = True
         finally:
-            if not finished:
-                pool.terminate()
-            pool.join()
+            if pool is not None:
+                if not finished:
+                    pool.terminate()
+                pool.join()
     return results  # type: ignore[return-value]
 
 
@@ -87,7 +88,9 @@ def _pool_context():
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return get_context()
     ctx = get_context("forkserver")
-    ctx.set_forkserver_preload([__name__])
+    # first a module that ignores Ctrl-C in the fork server and its workers, from their start (the
+    # pool's initializer runs only once a worker has started): the parent handles it
+    ctx.set_forkserver_preload(["utils.quiet_workers", __name__])
     return ctx
 
 

@@ -11,7 +11,9 @@ is in ``reproductions/sweeping/plan.py``, how they run in ``reproductions/sweepi
 A run whose ``results.json`` says finished is skipped, so a sweep that was stopped continues
 where it stopped, and a run an interruption stopped (a signal, a killed process) resumes from its
 own last checkpoint (``launch.earlier_attempt``), its line saying from which step; a failed run is logged (``<run dir>/stdout.log``), listed at the end and
-makes the exit status 1; the others still run. After the runs the report is written
+makes the exit status 1; the others still run. SIGTERM, SIGINT or SIGUSR1 stops the runs it started at
+their step (``reproductions/sweeping/stopping.py``): one ``stopped ...`` line per run, no report, exit
+status 128 + the signal's number. After the runs the report is written
 (``reproductions/sweeping/sweep_report.py``) unless ``--no-report``. With ``--reuse`` a run whose
 resolved config and seed equal those of a run finished in another experiment under ``--root`` is
 copied from it instead of trained (``reproductions/sweeping/reuse.py``).
@@ -34,7 +36,7 @@ import time
 from collections.abc import Sequence
 from typing import TextIO
 
-from reproductions.run.errors import UsageError
+from reproductions.run.errors import RunInterrupted, UsageError
 from reproductions.run.rundir import ReportLock
 from reproductions.sweeping.launch import earlier_attempt, execute, format_duration, last_error, slurm_script, subprocess_runner
 from reproductions.sweeping.plan import LAUNCHERS, add_seed_options, add_variant_option, check_counts, chosen_seeds, make_plan
@@ -43,6 +45,7 @@ from reproductions.sweeping.records import SMOKE_PROFILE, records_of
 from reproductions.sweeping.sweep_report import write_report
 from reproductions.sweeping.reuse import reuse_finished
 from reproductions.sweeping.spec import DEFAULT_PROFILE, SweepError, profiles_help
+from reproductions.sweeping.stopping import SWEEP_STOP
 from utils.atomic import atomic_write_text
 
 
@@ -176,11 +179,15 @@ def main(argv: Sequence[str] | None = None, *, runner=subprocess_runner, out: Te
         return 0
 
     started = time.monotonic()
-    try:
-        outcomes = execute(plan, pending, runner=runner, out=out)
-    except KeyboardInterrupt:
-        print(f"\ninterrupted: rerun the same command to continue ({plan.sweep_command()})", file=out)
-        return 130
+    outcomes = execute(plan, pending, runner=runner, out=out)
+    if SWEEP_STOP.signum is not None:  # the runs are stopped, their locks released: no report
+        stopped = [o for o in outcomes if o.stopped]
+        out.flush()
+        raise RunInterrupted(
+            f"sweep {plan.experiment} stopped by {SWEEP_STOP.name}: {len(stopped)} run(s) stopped, "
+            f"{sum(1 for o in outcomes if o.finished)} finished, {len(pending) - len(outcomes)} not started; "
+            f"rerun the same command to continue (stopped runs resume from their checkpoints): {plan.sweep_command()}",
+            signum=SWEEP_STOP.signum)
     failures = [o for o in outcomes if o.failed]
     held = [o for o in outcomes if o.held_by is not None]
     print(

@@ -39,6 +39,7 @@ from reproductions.run.results import metric_value, read_results, results_state
 from reproductions.run.rundir import RunDirBusy, RunDirLock, describe_holder, read_holder
 from reproductions.sweeping.plan import Plan, Run, run_path
 from reproductions.sweeping.spec import REPO_ROOT, Sweep, SweepError
+from reproductions.sweeping.stopping import SWEEP_STOP, stopped_line
 
 
 # --------------------------------------------------------------------------- progress
@@ -84,10 +85,11 @@ class RunOutcome:
     seconds: float
     finished: bool  # results.json says finished
     held_by: str | None = None  # another process held the run's lock: not run here, nothing touched
+    stopped: bool = False  # a signal stopped the sweep (and this run): reproductions/sweeping/stopping.py
 
     @property
     def failed(self) -> bool:
-        return not self.finished and self.held_by is None
+        return not self.finished and self.held_by is None and not self.stopped
 
 
 def run_env(jobs: int = 1, threads: int | None = None) -> dict[str, str]:
@@ -116,6 +118,7 @@ def subprocess_runner(run: Run, env: dict[str, str]) -> int:
         log.write(f"$ {shlex.join(run.command)}\n")
         log.flush()
         proc = subprocess.Popen(run.command, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
+        SWEEP_STOP.started(proc)  # a signal to the sweep reaches the run (stopping.py)
         try:
             return proc.wait()
         except BaseException:
@@ -125,6 +128,8 @@ def subprocess_runner(run: Run, env: dict[str, str]) -> int:
             except subprocess.TimeoutExpired:
                 proc.kill()
             raise
+        finally:
+            SWEEP_STOP.ended(proc)
 
 
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Interrupt)\b.*")
@@ -202,7 +207,9 @@ def execute(
     out: TextIO | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> list[RunOutcome]:
-    """Run ``runs`` (``plan.jobs`` at a time), printing progress; never stops at a failure."""
+    """Run ``runs`` (``plan.jobs`` at a time), printing progress; never stops at a failure. A stop signal
+    stops the runs started and starts no more (``reproductions/sweeping/stopping.py``); ``SWEEP_STOP.signum``
+    says which, and each stopped run's outcome is ``stopped``."""
     out = out or sys.stdout
     n = len(runs)
     env = run_env(plan.jobs, plan.profile.threads)
@@ -215,7 +222,9 @@ def execute(
         with lock:
             print(text, file=out, flush=True)
 
-    def one(k: int, run: Run) -> RunOutcome:
+    def one(k: int, run: Run) -> RunOutcome | None:
+        if SWEEP_STOP.signum is not None:
+            return None  # stopping: no further run starts
         with lock:
             line = progress_line(k, n, run.label, clock() - start, durations, plan.jobs)
         t0 = clock()
@@ -262,24 +271,31 @@ def execute(
         if finished and rc == 0:
             resumed = f" (resumed from step {started.resumes_at})" if started.resumes_at is not None else ""
             say(f"    done {run.label} in {seconds:.1f} s{resumed}{_metric_text(plan.sweep, run)}")
+        elif SWEEP_STOP.signum is not None:
+            outcome.stopped = True
+            say(f"    {stopped_line(run.label, run.run_dir)}")
         else:
             why = f"exit status {rc}" if rc != 0 else "exit status 0 but no finished results.json"
             say(f"    FAILED {run.label} ({why}) after {seconds:.1f} s: {last_error(run.log_path)}")
         return outcome
 
-    if plan.jobs == 1:
-        for k, run in enumerate(runs, 1):
-            one(k, run)
-    else:
-        with ThreadPoolExecutor(max_workers=plan.jobs) as pool:
-            futures = [pool.submit(one, k, run) for k, run in enumerate(runs, 1)]
-            try:
-                for f in futures:
-                    f.result()
-            except BaseException:
-                for f in futures:
-                    f.cancel()
-                raise
+    SWEEP_STOP.install()  # a stop signal from here on is sent on to the runs, never raised into this loop
+    try:
+        if plan.jobs == 1:
+            for k, run in enumerate(runs, 1):
+                one(k, run)
+        else:
+            with ThreadPoolExecutor(max_workers=plan.jobs) as pool:
+                futures = [pool.submit(one, k, run) for k, run in enumerate(runs, 1)]
+                try:
+                    for f in futures:
+                        f.result()
+                except BaseException:
+                    for f in futures:
+                        f.cancel()
+                    raise
+    finally:
+        SWEEP_STOP.restore()
     order = {id(r): i for i, r in enumerate(runs)}
     return sorted(outcomes, key=lambda o: order[id(o.run)])
 
