@@ -21,12 +21,13 @@ signal after the line (a test in this process). Unset, it returns at once. The p
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 #: the signals that stop a command
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
@@ -73,6 +74,20 @@ def install(handler: Callable = raise_stop, signals: Iterable[int] = STOP_SIGNAL
 def restore(previous: dict[int, object]) -> None:
     for signum, handler in previous.items():
         signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def deferred(signals: Iterable[int] = STOP_SIGNALS) -> Iterator[None]:
+    """Within the block a stop signal is held back and handled (raised) at its end: for a step that
+    must not be cut in two (starting a worker pool whose half-started workers would print tracebacks)."""
+    held: list[int] = []
+    previous = install(lambda signum, frame: held.append(signum), signals)
+    try:
+        yield
+    finally:
+        restore(previous)
+        if held:
+            signal.raise_signal(held[0])
 
 
 def note(signum: int) -> None:

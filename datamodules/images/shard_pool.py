@@ -22,6 +22,7 @@ import datasets
 import pyarrow as pa
 
 from datamodules.images.decode import image_bytes, verify_image
+from utils.stop import deferred
 
 SHARD_BYTES = 512 * 2**20
 """Target size of one folder shard (and of one verification task of a hub file)."""
@@ -61,7 +62,8 @@ def run_tasks(fn: Callable[[Any], dict], tasks: Sequence[Any], weights: Sequence
             return results  # type: ignore[return-value]
         pool, finished = None, False
         try:
-            pool = _pool_context().Pool(min(workers, len(tasks)), initializer=_ignore_sigint)
+            with deferred():  # a Ctrl-C while the workers start stops the pool once they have started
+                pool = _pool_context().Pool(min(workers, len(tasks)), initializer=_ignore_sigint)
             for i, result in pool.imap_unordered(_indexed, [(fn, i, t) for i, t in enumerate(tasks)]):
                 results[i] = result
                 bar.update(weights[i])
