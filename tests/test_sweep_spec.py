@@ -22,9 +22,9 @@ from tests.sweep_helpers import REPO, SWEEPS, config_value, sets, write_sweep
 #: the papers' ablations run at every scale; the helper sweeps (tuning, probes) at their data's
 ABLATIONS = [s for s in SWEEPS if s not in ("bst/tune", "bst/probe", "vit/tune", "vit/time_to_accuracy_cifar10",
                                                "vit/attention_distance", "vit/attention_data")]  # studies, not ablations
-#: (sweep, profile) of every profile a user runs (not smoke, which the smoke tests run; not
+#: (sweep, profile) of every profile a user runs (not smoke nor smoke-*, which the smoke tests run; not
 #: imagenet, whose ViT-B/16 builds take long: its configs build in tests/test_images_recipes.py)
-BUILT = [(s, p) for s in SWEEPS for p in load_sweep(s).profiles if p not in ("smoke", "imagenet")]
+BUILT = [(s, p) for s in SWEEPS for p in load_sweep(s).profiles if p != "imagenet" and not p.startswith("smoke")]
 
 
 # --------------------------------------------------------------------------- the sweep files
