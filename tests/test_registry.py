@@ -119,6 +119,7 @@ def test_finished_runs_of_the_definition_are_added_and_the_rest_refused_one_line
     corrupt = fake_run(runs, "vit/patch_size", "cpu", "patch_size=1", 0, config={})
     (corrupt / RESULTS_FILE).write_text('{"status": "finish')
     fake_run(runs, "vit/patch_size", "smoke", "patch_size=4", 0, config={})
+    fake_run(runs, "vit/tune", "smoke-data_size", "ViT", 0, config={})  # any smoke-<name> profile
     fake_run(runs, "mine", "x", "a", 0, config={})
     outcomes = {o.run_dir: o for o in add_runs(runs, registry)}
     assert outcomes[good].added is not None and len(list(registry.rglob("*.json"))) == 1
@@ -128,6 +129,7 @@ def test_finished_runs_of_the_definition_are_added_and_the_rest_refused_one_line
         "vit/patch_size-cpu/patch_size=2/seed0": "not finished: no results.json (unfinished or still running)",
         "vit/patch_size-cpu/patch_size=1/seed0": "not finished: its results.json is corrupt",
         "vit/patch_size-smoke/patch_size=4/seed0": "a 'smoke' run (seconds, for tests): not a result",
+        "vit/tune-smoke-data_size/ViT/seed0": "a 'smoke-data_size' run (seconds, for tests): not a result",
         "mine-x/a/seed0": "experiment 'mine-x' is not a sweep profile's (<sweep>-<profile>, as repro sweep names it)",
     }
     rec = read_record(outcomes[good].added).data

@@ -31,6 +31,7 @@ from typing import TextIO
 
 from reproductions.sweeping.attention_claim import distance_groups
 from reproductions.sweeping.claims_page import SMOKE_PROFILE, build_page, gather, source_counts, write_page
+from reproductions.sweeping.records import is_smoke
 from reproductions.sweeping.plan import make_plan
 from reproductions.sweeping.records import FLOORS_DIR_NAME, REGISTRY_DIR, RecordError, read_registry
 from reproductions.sweeping.spec import DEFAULT_PROFILE, REPO_ROOT, SweepError, load_sweep, profiles_by_sweep
@@ -64,7 +65,7 @@ def _command(args: argparse.Namespace) -> str:
 def _first_sweep_command(sweeps: list[str], root: str) -> str:
     """A command that makes runs: the first sweep at its default profile (else its first one but smoke)."""
     sweep = load_sweep(sweeps[0])
-    names = [n for n in sweep.profiles if n != SMOKE_PROFILE] or list(sweep.profiles)
+    names = [n for n in sweep.profiles if not is_smoke(n)] or list(sweep.profiles)
     return make_plan(sweep, DEFAULT_PROFILE if DEFAULT_PROFILE in names else names[0], root=root).sweep_command()
 
 

@@ -45,7 +45,7 @@ from reproductions.sweeping.collect import VariantResults, collect, run_identity
 from reproductions.sweeping.figures import plot_claim_by_scale, png_bytes
 from reproductions.sweeping.floors import FLOORS_DIR, floor_of
 from reproductions.sweeping.plan import Plan, make_plan
-from reproductions.sweeping.records import SMOKE_PROFILE, Record
+from reproductions.sweeping.records import SMOKE_PROFILE, Record, is_smoke
 from reproductions.sweeping.spec import SCALE_AXES, Profile, Sweep, load_sweep
 from reproductions.sweeping.tables import FLOOR_METRIC
 from utils.atomic import atomic_write_bytes, atomic_write_text
@@ -136,7 +136,7 @@ def gather(sweeps: Sequence[str | os.PathLike | Sweep], root: str | os.PathLike,
         sweep = ref if isinstance(ref, Sweep) else load_sweep(ref)
         measured, not_run, left_out = [], [], []
         for name in sweep.profiles:
-            if name == SMOKE_PROFILE and not smoke:
+            if is_smoke(name) and not smoke:
                 continue
             plan = make_plan(sweep, name, root=root)
             collected = collect(plan, registry=registry, local=local and plan.experiment_dir.is_dir(), read=read)

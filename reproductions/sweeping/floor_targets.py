@@ -18,7 +18,7 @@ from typing import Any
 
 from reproductions.sweeping.floors import FLOORS_DIR, dataset_name, read_floors, record_floor, size_key
 from reproductions.sweeping.plan import make_plan
-from reproductions.sweeping.records import SMOKE_PROFILE
+from reproductions.sweeping.records import is_smoke
 from reproductions.sweeping.reuse import load_config, resolve_config
 from reproductions.sweeping.spec import load_sweep, profiles_by_sweep
 
@@ -51,7 +51,7 @@ def floor_targets(sweeps: Sequence[str] | None = None, profiles: Sequence[str] |
     for sweep_ref in sweeps or list(profiles_by_sweep()):
         sweep = load_sweep(sweep_ref)
         for name in profiles or list(sweep.profiles):
-            if name not in sweep.profiles or (name == SMOKE_PROFILE and not smoke and not profiles):
+            if name not in sweep.profiles or (is_smoke(name) and not smoke and not profiles):
                 continue
             plan = make_plan(sweep, name, seeds=None)
             for variant in plan.variants:

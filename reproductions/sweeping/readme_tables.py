@@ -30,7 +30,8 @@ from pathlib import Path
 
 from reproductions.run.results import hardware_label
 from reproductions.sweeping.checks import verdict_counts
-from reproductions.sweeping.claims_page import SMOKE_PROFILE, gather, scale_label
+from reproductions.sweeping.claims_page import gather, scale_label
+from reproductions.sweeping.records import is_smoke
 from reproductions.sweeping.collect import collect
 from reproductions.sweeping.plan import make_plan
 from reproductions.sweeping.spec import REPO_ROOT, SweepError, profiles_by_sweep
@@ -91,7 +92,7 @@ def render_file(text: str, where: str, registry: str | os.PathLike) -> str:
     def block(match: re.Match) -> str:
         if match.group(2) == "table":
             sweep_id, profile = match.group(3), match.group(4)
-            if profile not in profiles.get(sweep_id, []) or profile == SMOKE_PROFILE:
+            if profile not in profiles.get(sweep_id, []) or is_smoke(profile):
                 line = text[: match.start()].count("\n") + 1
                 raise SweepError(f"{where}:{line}: the block names {sweep_id} {profile}, which is no sweep profile; "
                                  f"sweeps and profiles: repro sweep --help")  # fmt: skip

@@ -71,8 +71,13 @@ LOCATION_KEYS = (
 #: out of ``trainer.callbacks`` in the digests and the comparisons (a run whose config listed one and a
 #: run that was given it by the command line computed the same)
 ANALYSIS_CALLBACKS = ("analysis.callback.AttentionDistanceCallback",)
-#: the profile whose runs are for tests only: never a result
+#: the profile whose runs are for tests only: never a result (nor is any ``smoke-<name>`` profile)
 SMOKE_PROFILE = "smoke"
+
+
+def is_smoke(profile: str) -> bool:
+    """A profile for tests (seconds per run), never a result: ``smoke`` or ``smoke-<name>``."""
+    return profile == SMOKE_PROFILE or profile.startswith(SMOKE_PROFILE + "-")
 _DISTANCE_FILE = Path("analysis") / "attention_distance.json"
 
 
@@ -421,8 +426,8 @@ def add_run(run_dir: Path, registry: str | os.PathLike, existing: dict[str, Path
         out.refused = f"experiment {experiment!r} is not a sweep profile's (<sweep>-<profile>, as repro sweep names it)"
         return out
     sweep_id, profile = found
-    if profile == SMOKE_PROFILE:
-        out.refused = f"a {SMOKE_PROFILE!r} run (seconds, for tests): not a result"
+    if is_smoke(profile):
+        out.refused = f"a {profile!r} run (seconds, for tests): not a result"
         return out
     if not (run_dir / "config.yaml").is_file():
         out.refused = "no config.yaml: the run's resolved config is needed for its digest"
@@ -462,7 +467,7 @@ def stale_records(records: Iterable[Record]) -> Iterator[tuple[Record, str]]:
     for their variant and seed, a config that differs from theirs in other keys than the
     differences they recorded (``overrides``); a variant or profile the sweep no longer has, too."""
     for rec in records:
-        if rec.data["profile"] == SMOKE_PROFILE:
+        if is_smoke(rec.data["profile"]):
             continue
         try:
             definition = definition_config(*rec.key)
