@@ -12,7 +12,7 @@ from reproductions.__main__ import commands_help, main as repro_main
 from reproductions.commands.claims import main as claims_main
 from reproductions.run.results import RESULTS_FILE, atomic_write_json
 from reproductions.sweeping.records import REGISTRY_DIR
-from reproductions.sweeping.spec import SweepError, load_sweep
+from reproductions.sweeping.spec import Scale, SweepError, load_sweep
 from tests.report_helpers import PNG, result, write_report_sweep
 from tests.sweep_helpers import SWEEPS
 
@@ -114,8 +114,16 @@ def test_smoke_profiles_on_request(tmp_path):
     assert "--smoke" in md
 
 
+def test_a_scale_names_its_budget_beside_its_axis():
+    assert Scale("tokens", 49, "fashion_mnist", "4 epochs").label == "49 tokens (fashion_mnist), 4 epochs"
+    assert Scale("epochs", 16, "fashion_mnist").label == "16 epochs (fashion_mnist)"
+    assert load_sweep("vit/position").profiles["fmnist"].scale.budget == "4 epochs"
+
+
 @pytest.mark.parametrize("scale, message", [
-    ({"axis": "pixels", "value": 8}, r"profiles\.cpu\.scale\.axis='pixels' is not one of \['tokens', 'train_images', 'samples', 'dataset'\]"),
+    ({"axis": "pixels", "value": 8}, r"profiles\.cpu\.scale\.axis='pixels' is not one of \['tokens', 'train_images', 'samples', 'dataset', 'epochs', 'train_steps'\]"),
+    ({"axis": "epochs", "value": 16, "budget": "16 epochs"}, r"profiles\.cpu\.scale\.budget='16 epochs' must be the training budget in words"),
+    ({"axis": "tokens", "value": 16, "budget": 4}, r"profiles\.cpu\.scale\.budget=4 must be the training budget in words"),
     ({"axis": "tokens", "value": -16}, r"profiles\.cpu\.scale\.value=-16 must be a positive number of tokens"),
     ({"axis": "dataset", "value": 3}, r"profiles\.cpu\.scale\.value=3: on the dataset axis the value is the data set's name"),
     ({"axis": "tokens", "value": 16, "size": 1}, r"profiles\.cpu\.scale: unknown keys \['size'\]"),

@@ -40,7 +40,9 @@ command line, or any path to a YAML file) holds:
 Every profile names its scale (``repro claims`` orders the profiles by it and draws each claim
 against it): ``scale: {axis: tokens, value: 16, data: digits}``; ``axis`` is one of ``SCALE_AXES``
 (``tokens``, ``train_images``, ``samples``, and the training budget ``epochs`` or ``train_steps``:
-a positive number; ``dataset``: a name), ``data`` the data set (optional).
+a positive number; ``dataset``: a name), ``data`` the data set (optional), and ``budget`` (optional,
+on a scale whose axis is not a budget) the training budget in words (``4 epochs``), so a profile on a
+budget axis (``fmnist-long``: 16 epochs) reads beside the one it lengthens.
 A profile adds overrides to every run, may add ``configs`` (overlay YAML files given after each
 run's base config and before the overrides, e.g. a data source: ``reproductions/bst/sources/*.yaml``)
 and may replace ``base``, ``seeds``, ``variants`` or
@@ -83,7 +85,7 @@ _SWEEP_KEYS = {
 }  # fmt: skip
 _PROFILE_KEYS = {"description", "scale", "base", "configs", "seeds", "jobs", "threads", "overrides", "variants", "product",
                  "variant_overrides", "report", "device_s"}
-_SCALE_KEYS = {"axis", "value", "data"}
+_SCALE_KEYS = {"axis", "value", "data", "budget"}
 #: a profile's ``scale.axis`` -> how its value is named (``dataset``: the value is the data set's name)
 SCALE_AXES = {"tokens": "tokens", "train_images": "training images", "samples": "samples", "dataset": "data set",
               "epochs": "epochs", "train_steps": "training steps"}
@@ -159,14 +161,17 @@ class Scale:
     axis: str
     value: float | str
     data: str | None = None
+    budget: str | None = None  # the training budget where the axis is not one ("4 epochs"), for the label
 
     @property
     def label(self) -> str:
-        """``16 tokens (digits)``, ``54,000 training images (fashion_mnist)``, ``data set Taobao``."""
+        """``16 tokens (digits)``, ``54,000 training images (fashion_mnist)``, ``data set Taobao``; with
+        its ``budget``: ``49 tokens (fashion_mnist), 4 epochs``."""
+        budget = f", {self.budget}" if self.budget else ""
         if self.axis == "dataset":
-            return f"data set {self.value}" + (f" ({self.data})" if self.data and self.data != self.value else "")
+            return f"data set {self.value}" + (f" ({self.data})" if self.data and self.data != self.value else "") + budget
         number = f"{int(self.value):,}" if float(self.value).is_integer() else f"{self.value:,g}"
-        return f"{number} {SCALE_AXES[self.axis]}" + (f" ({self.data})" if self.data else "")
+        return f"{number} {SCALE_AXES[self.axis]}" + (f" ({self.data})" if self.data else "") + budget
 
 
 @dataclass
@@ -495,7 +500,11 @@ def _scale(where: str, spec: Any) -> Scale:
         raise SweepError(f"{where}.value={value!r} must be a positive number of {SCALE_AXES[axis]}")
     if data is not None and (not isinstance(data, str) or not data.strip()):
         raise SweepError(f"{where}.data={data!r} must be the data set's name")
-    return Scale(str(axis), value, data)
+    budget = spec.get("budget")
+    if budget is not None and (axis in BUDGET_AXES or not isinstance(budget, str) or not budget.strip()):
+        raise SweepError(f"{where}.budget={budget!r} must be the training budget in words (\"4 epochs\"), on a "
+                         f"scale whose axis is not itself a budget ({', '.join(BUDGET_AXES)})")
+    return Scale(str(axis), value, data, budget)
 
 
 def _metric(where: str, spec: Any) -> Metric:
