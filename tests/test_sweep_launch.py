@@ -90,6 +90,20 @@ def test_slurm_array_task_runs_its_command_into_the_run_directory(tmp_path):
     log = (plan.runs[1].run_dir / "stdout.log").read_text()
     assert "-m reproductions fit" in log and "--run.variant additive" in log
     assert not (plan.runs[0].run_dir / "stdout.log").exists()
+    # an interrupted attempt of the same command resumes from its last.ckpt, its log kept (the first
+    # attempt's command line and output, then the resumed one's output: srun is faked by echo)
+    run_dir = plan.runs[1].run_dir
+    (run_dir / "checkpoints").mkdir()
+    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"ckpt")
+    atomic_write_json(run_dir / RESULTS_FILE, {"status": "interrupted"})
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0 and "resuming the interrupted attempt" in proc.stdout, proc.stderr
+    log = (run_dir / "stdout.log").read_text()
+    assert log.count("-m reproductions fit") == 3 and f"--ckpt_path {run_dir / 'checkpoints' / 'last.ckpt'}" in log
+    # ... but not one another command made: that starts afresh
+    (run_dir / "stdout.log").write_text("$ python -m reproductions fit --other\n")
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True)
+    assert "resuming" not in proc.stdout and "--ckpt_path" not in (run_dir / "stdout.log").read_text()
     # a finished run's task exits at once
     atomic_write_json(plan.runs[1].run_dir / RESULTS_FILE, fake_result(plan.runs[1]))
     (plan.runs[1].run_dir / "stdout.log").unlink()

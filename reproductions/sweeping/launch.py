@@ -307,7 +307,9 @@ def slurm_script(plan: Plan, runs: Sequence[Run], devices: int | None = None, sb
     """A job-array script: one array task per pending run, ``devices`` GPUs (and tasks) per run.
 
     Lightning reads the ranks from SLURM (``srun``, one task per GPU). A task whose run finished
-    meanwhile (results.json says so) exits at once, so the script can be resubmitted as is. The
+    meanwhile (results.json says so) exits at once, and one whose run was interrupted (its
+    results.json ``interrupted``, or none) resumes from its ``last.ckpt`` when the same command
+    made it, so the script can be resubmitted as is. The
     script changes to the repository root, where the runs run (as local ones do).
     """
     if not runs:
@@ -343,13 +345,23 @@ def slurm_script(plan: Plan, runs: Sequence[Run], devices: int | None = None, sb
         ")",
         "",
         'RUN_DIR="${RUN_DIRS[$SLURM_ARRAY_TASK_ID]}"',
+        'CMD="${COMMANDS[$SLURM_ARRAY_TASK_ID]}"',
         # parses results.json: finished -> skip; a corrupt file is named and the task fails
-        f'STATE=0; {shlex.quote(sys.executable)} -m reproductions.run.results "$RUN_DIR" || STATE=$?',
+        f'STATE=0; SAID=$({shlex.quote(sys.executable)} -m reproductions.run.results "$RUN_DIR") || STATE=$?',
         'if [ "$STATE" -eq 0 ]; then echo "already finished: $RUN_DIR"; exit 0; fi',
         'if [ "$STATE" -eq 2 ]; then exit 1; fi',
         'mkdir -p "$RUN_DIR"',
-        'echo "$ ${COMMANDS[$SLURM_ARRAY_TASK_ID]}" > "$RUN_DIR/stdout.log"',
-        'srun bash -c "${COMMANDS[$SLURM_ARRAY_TASK_ID]}" >> "$RUN_DIR/stdout.log" 2>&1',
+        # an interrupted attempt of this same command (a preemption, a cancelled job) continues from its
+        # last.ckpt, as a local sweep's does (launch.earlier_attempt); else the run starts afresh
+        'LAST="$RUN_DIR/checkpoints/last.ckpt"',
+        'if [ -f "$LAST" ] && [ "$(head -n 1 "$RUN_DIR/stdout.log" 2>/dev/null)" = "$ $CMD" ] && '
+        '{ [ "$SAID" = "$RUN_DIR: interrupted" ] || [ "$SAID" = "$RUN_DIR: missing" ]; }; then',
+        '  echo "sweep: resuming the interrupted attempt from $LAST" | tee -a "$RUN_DIR/stdout.log"',
+        '  CMD="$CMD --ckpt_path $(printf %q "$LAST")"',
+        'else',
+        '  echo "$ $CMD" > "$RUN_DIR/stdout.log"',
+        'fi',
+        'srun bash -c "$CMD" >> "$RUN_DIR/stdout.log" 2>&1',
         "",
     ]  # fmt: skip
     return "\n".join(lines)
