@@ -26,8 +26,12 @@ Reliability (what a run guarantees; reproductions/run/errors.py and reproduction
 - A NaN/inf training loss stops the run at once (``--run.nonfinite_patience`` steps tolerated).
 - A failed or interrupted fit writes results.json with ``status`` ``failed`` / ``interrupted``,
   the error and the step (never ``finished``).
-- SIGTERM / SIGUSR1 save ``checkpoints/last.ckpt`` at the current step (every process stops at
-  the same step; reproductions/run/signals.py) and exit with the command that resumes; under SLURM
+- SIGTERM / SIGINT / SIGUSR1 at any moment from the process's start stop the run with one line,
+  exit 128 + the signal's number and no ``run.lock`` left: before training at once ("before
+  training started; nothing to resume", ``utils/stop.py``: no ``except Exception`` swallows it);
+  once training started they save ``checkpoints/last.ckpt`` at the current step (every process
+  stops at the same step; reproductions/run/signals.py) and exit with the command that resumes
+  (results.json ``interrupted``, also for a signal during the test); under SLURM
   the job requeues itself (SIGUSR1) and resumes from Lightning's
   ``hpc_ckpt_*.ckpt``. Checkpoints are written atomically (``AtomicCheckpointIO``) and read
   with ``weights_only=True``.

@@ -1,0 +1,144 @@
+"""A stop signal at any moment of a fit or a sweep (``utils/stop.py``, ``reproductions/run/signals.py``,
+``reproductions/sweeping/stopping.py``): before training the command stops at once with one line and leaves
+no lock; once training started it stops at the step with a checkpoint and results.json ``interrupted``.
+The moment is chosen by the test hook ``REPRO_PAUSE_AT=<phase>`` (the process pauses there; with
+``REPRO_PAUSE_SIGNAL`` it sends itself the signal, else the test sends it from outside)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import lightning.pytorch  # noqa: F401 - its log handlers bound to the real stderr, not to one test's capture
+import pytest
+
+from tests.cli_helpers import DIGITS, REPO, RUN, TINY, cli_env, no_traceback, repro_here
+
+BEFORE = "before training started; nothing to resume; rerun the same command to start again"
+#: phase -> (signal, extra arguments, what the line says after "stopped by SIG")
+PHASES = {
+    "parse": ("SIGTERM", [], BEFORE),
+    "model": ("SIGINT", [], BEFORE),
+    "data": ("SIGUSR1", [], BEFORE),
+    "wandb": ("SIGTERM", ["--run.wandb", "true"], BEFORE),
+    "flops": ("SIGINT", [], BEFORE),  # once swallowed by the FLOP count's `except Exception`: trained to the end
+    "first_step": ("SIGTERM", [], "at step 1 (epoch 0); saved "),
+    "test": ("SIGUSR1", [], "after training finished (step 3), before the test and results.json"),
+    "report": ("SIGINT", [], "after training finished (step 3), before the test and results.json"),
+}
+
+
+def _left(root: Path) -> tuple[list[Path], dict | None]:
+    """The locks left under ``root`` and the run's results.json (None if there is none)."""
+    results = root / RUN / "results.json"
+    return list(root.rglob("*.lock")), json.loads(results.read_text()) if results.is_file() else None
+
+
+@pytest.mark.parametrize("phase", list(PHASES))
+def test_a_signal_at_each_phase_of_a_fit_stops_it_cleanly(phase, tmp_path, capfd, monkeypatch):
+    name, extra, says = PHASES[phase]
+    root = tmp_path / "runs"
+    result = repro_here("fit", "--config", DIGITS, "--run.root", str(root), *TINY, "--trainer.max_epochs", "1", *extra,
+                        case=f"{name} at {phase}", capfd=capfd, monkeypatch=monkeypatch,
+                        REPRO_PAUSE_AT=phase, REPRO_PAUSE_SIGNAL=name, REPRO_PAUSE_SECONDS="30")
+    assert f"pause at {phase}" in result.output
+    assert result.returncode == 128 + getattr(signal, name), result.output[-3000:]
+    assert result.last.startswith(f"error: stopped by {name} {says}"), result.last
+    assert sum(line.startswith("error:") for line in result.lines) == 1
+    no_traceback(result)
+    locks, results = _left(root)
+    assert locks == []
+    if says == BEFORE:  # nothing trained: nothing to resume, no results
+        assert results is None and not (root / RUN / "checkpoints" / "last.ckpt").exists()
+    else:  # resumable: the checkpoint is named in the line and in results.json, never "finished"
+        last = root / RUN / "checkpoints" / "last.ckpt"
+        assert last.is_file() and f"--ckpt_path {last}" in result.last
+        assert results["status"] == "interrupted" and results["checkpoint"] == str(last)
+
+
+def _wait_for(text: str, path: Path, proc: subprocess.Popen, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while not (path.is_file() and text in path.read_text(errors="replace")):
+        assert proc.poll() is None, path.read_text(errors="replace")[-3000:] if path.is_file() else "no output"
+        assert time.monotonic() < deadline, f"{text!r} did not appear in {path}"
+        time.sleep(0.1)
+
+
+def _start(args: list[str], log: Path, **env: str) -> subprocess.Popen:
+    with open(log, "w") as f:  # its own process group, as a terminal or a scheduler starts a job
+        return subprocess.Popen([sys.executable, "-m", "reproductions", *args], cwd=REPO, stdout=f,
+                                stderr=subprocess.STDOUT, env=cli_env(**env), start_new_session=True)
+
+
+def _end(proc: subprocess.Popen, timeout: float = 120) -> int:
+    try:
+        return proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def _no_process_left(marker: str) -> None:
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+    assert not left, f"processes left running: {left}"
+
+
+@pytest.mark.distributed
+@pytest.mark.subprocess
+@pytest.mark.slow
+def test_sigterm_to_the_first_process_of_a_ddp_fit_while_it_counts_flops_stops_both(tmp_path):
+    """Only the command the user started gets the signal (``kill <pid>``), while every process is set up but
+    none trains: the first stops and stops the other, which never got it; one line, no lock."""
+    root, log = tmp_path / "runs", tmp_path / "out.log"
+    proc = _start(["fit", "--config", DIGITS, "--run.root", str(root), *TINY, "--trainer.max_epochs", "2",
+                   "--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp"], log,
+                  REPRO_PAUSE_AT="flops", REPRO_PAUSE_SECONDS="60")
+    try:
+        _wait_for("pause at flops", log, proc)
+        proc.send_signal(signal.SIGTERM)
+        code = _end(proc)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    out = log.read_text()
+    assert code == 128 + signal.SIGTERM, out[-3000:]
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: stopped by SIGTERM {BEFORE}"), out[-3000:]
+    assert "Traceback" not in out
+    assert _left(root) == ([], None)
+    _no_process_left(str(root))
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow
+def test_sigterm_to_a_sweeps_process_group_stops_its_run_with_a_checkpoint_and_releases_every_lock(tmp_path):
+    root, log = tmp_path / "runs", tmp_path / "sweep.log"
+    run = root / "vit" / "patch_size-smoke" / "patch_size=4" / "seed0"
+    proc = _start(["sweep", "vit/patch_size", "--profile", "smoke", "--root", str(root), "--no-report"], log,
+                  REPRO_PAUSE_AT="first_step", REPRO_PAUSE_SECONDS="60")
+    try:
+        _wait_for("pause at first_step", run / "stdout.log", proc)
+        os.killpg(proc.pid, signal.SIGTERM)  # the sweep and its run, as a scheduler or a terminal sends it
+        code = _end(proc)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    out = log.read_text()
+    assert code == 128 + signal.SIGTERM, out[-3000:]
+    lines = [line.strip() for line in out.splitlines() if line.strip()]
+    ckpt = run / "checkpoints" / "last.ckpt"
+    assert [x for x in lines if x.startswith("stopped ")] == [
+        f"stopped patch_size=4 seed0: at step 1 (epoch 0), checkpoint {ckpt}; the rerun resumes it"], out
+    assert lines[-1].startswith("error: sweep vit/patch_size-smoke stopped by SIGTERM: 1 run(s) stopped, 0 finished, "
+                                "2 not started; rerun the same command to continue"), lines[-1]
+    assert "Traceback" not in out and "FAILED" not in out
+    assert ckpt.is_file() and json.loads((run / "results.json").read_text())["status"] == "interrupted"
+    assert list(root.rglob("*.lock")) == []
+    assert not (root / "vit" / "patch_size-smoke" / "patch_size=2").exists()  # never started
+    _no_process_left(str(root))
