@@ -27,7 +27,7 @@ def test_unknown_sweep_or_profile_or_option(tmp_path, capsys):
     assert sweep_main(["vit/nonesuch", "--dry-run"]) == 2
     assert "vit/position" in capsys.readouterr().err  # lists the sweeps there are
     assert sweep_main(["vit/position", "--profile", "tpu", "--dry-run"]) == 2
-    assert "no profile 'tpu'; profiles: ['cpu', 'fmnist', 'gpu', 'h200', 'imagenet', 'smoke']" in capsys.readouterr().err
+    assert "no profile 'tpu'; profiles: ['cpu', 'fmnist', 'fmnist-long', 'gpu', 'h200', 'imagenet', 'smoke']" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         sweep_main(["vit/position", "--sed", "3", "--dry-run"])  # a typo is not passed to the runs
     assert "after '--'" in capsys.readouterr().err
@@ -258,7 +258,7 @@ def test_end_to_end_subprocess_sweep_with_a_failing_variant(tmp_path):
         assert (exp / name / "seed0/stdout.log").read_text().startswith("$ ")
     report = (exp / "report.md").read_text()
     assert "`p3` seed 0: failed or unfinished: " in report and "does not divide" in report
-    assert re.search(r"\| p4 \| \d+\.\d\d \| 1 \|", report) and re.search(r"\| p3 \| – \| 0 \|", report)
+    assert re.search(r"\| p4 \| \d+\.\d\d (\(below floor\) )?\| 1 \|", report) and re.search(r"\| p3 \| – \| 0 \|", report)
     assert "patch_size 4 -> 2 (side x0.50): GFLOPs/image x" in report
     assert (exp / "patch_size.png").is_file()
     # rerun: the finished runs are skipped, the failed one is tried again (and fails again)
