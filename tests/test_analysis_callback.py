@@ -156,6 +156,8 @@ def test_every_vit_config_and_every_sweep_list_of_callbacks_keeps_the_analysis()
         sweep = yaml.safe_load(path.read_text())
         places = [sweep.get("overrides") or {}] + [p.get("overrides") or {} for p in (sweep.get("profiles") or {}).values()]
         for overrides in places:
+            if overrides.get("run.test_after_fit") is False:
+                continue  # a validation-only search (vit/tune): never tested, nothing to analyse
             if "trainer.callbacks" in overrides and path.parent.parent.name == "vit":
                 lists += 1
                 assert name in [c["class_path"] for c in overrides["trainer.callbacks"]], path.name

@@ -391,7 +391,7 @@ def test_slurm_dry_run_writes_srun_and_torchrun_writes_the_distributed_launcher(
                        "--root", str(tmp_path), "--sbatch=--partition=gpu"], out=out) == 0
     script = out.getvalue()
     for line in ("#!/bin/bash", "#SBATCH --array=0-", "#SBATCH --ntasks-per-node=4", "#SBATCH --gpus-per-node=4",
-                 "#SBATCH --partition=gpu", 'srun bash -c "${COMMANDS[$SLURM_ARRAY_TASK_ID]}"'):
+                 "#SBATCH --partition=gpu", 'srun bash -c "$CMD"', 'CMD="${COMMANDS[$SLURM_ARRAY_TASK_ID]}"'):
         assert line in script, line
     assert "--trainer.devices 4 --trainer.strategy ddp" in script
     assert "--model.init_args.compile true" in script and "--trainer.precision bf16-mixed" in script
