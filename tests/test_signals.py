@@ -83,9 +83,14 @@ def _end(proc: subprocess.Popen, timeout: float = 120) -> int:
             os.killpg(proc.pid, signal.SIGKILL)
 
 
-def _no_process_left(marker: str) -> None:
-    time.sleep(0.5)
-    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+def _no_process_left(marker: str, within: float = 0.5) -> None:
+    """No process whose command line holds ``marker`` runs ``within`` seconds from now (an orphan would)."""
+    deadline = time.monotonic() + within
+    while True:
+        time.sleep(0.5)
+        left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+        if not left or time.monotonic() > deadline:
+            break
     assert not left, f"processes left running: {left}"
 
 
@@ -113,6 +118,35 @@ def test_sigterm_to_the_first_process_of_a_ddp_fit_while_it_counts_flops_stops_b
     assert "Traceback" not in out
     assert _left(root) == ([], None)
     _no_process_left(str(root))
+
+
+@pytest.mark.distributed
+@pytest.mark.subprocess
+@pytest.mark.slow
+def test_sigterm_to_every_process_of_a_ddp_fit_during_its_test_stops_it_with_one_line(tmp_path):
+    """A scheduler signals every task while the test runs (Lightning's own handler acts then, with a
+    collective that fails once the first process has stopped): one line, from the first process, the
+    checkpoint to resume from, results.json interrupted, no lock, no process left."""
+    root, log = tmp_path / "runs", tmp_path / "out.log"
+    proc = _start(["fit", "--config", DIGITS, "--run.root", str(root), *TINY, "--trainer.max_epochs", "2",
+                   "--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp"], log,
+                  REPRO_PAUSE_AT="test", REPRO_PAUSE_SECONDS="60")
+    try:
+        _wait_for("pause at test", log, proc)
+        os.killpg(proc.pid, signal.SIGTERM)
+        code = _end(proc)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    out = log.read_text()
+    assert code == 128 + signal.SIGTERM, out[-3000:]
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: stopped by SIGTERM after training finished"), out[-3000:]
+    assert "Traceback" not in out
+    run = root / "vit" / "digits" / "default" / "seed0"
+    assert json.loads((run / "results.json").read_text())["status"] == "interrupted"
+    assert (run / "checkpoints" / "last.ckpt").is_file() and not (run / "run.lock").exists()
+    _no_process_left(str(root), within=20)  # the second process ends after the first, which waits for nothing
 
 
 @pytest.mark.subprocess

@@ -95,6 +95,11 @@ def note(signum: int) -> None:
     _noted.append(int(signum))
 
 
+def noted() -> int | None:
+    """The first stop signal a deferring handler noted in this process, if any."""
+    return _noted[0] if _noted else None
+
+
 def pause_at(phase: str) -> None:
     """The test hook of the module docstring: free when ``REPRO_PAUSE_AT`` is unset."""
     wanted = os.environ.get(PAUSE_ENV)

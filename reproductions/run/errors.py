@@ -385,8 +385,16 @@ def config_message(exc: BaseException) -> str:
 def report(exc: BaseException, *, debug: bool | None = None) -> int:
     """Print the traceback (if debugging) and the one ``error:`` line for ``exc``; return its exit status.
     A process of a multi-process run other than the first stops without a line (``quiet``): the first says it."""
+    from reproductions.run.rundir import is_rank_zero  # rundir imports this module
+    from utils.stop import noted
+
     line, code = describe(exc)
-    if getattr(exc, "quiet", False) and not (debug if debug is not None else debug_enabled()):
+    quiet = getattr(exc, "quiet", False)
+    if not quiet and noted() is not None and not is_rank_zero():
+        # a process other than the first that got the stop too, then failed in a collective whose peer had
+        # stopped (gloo: "Connection closed by peer"): a consequence of the stop the first process reports
+        quiet, code = True, 128 + noted()
+    if quiet and not (debug if debug is not None else debug_enabled()):
         return code
     if debug if debug is not None else debug_enabled():
         traceback.print_exception(exc)

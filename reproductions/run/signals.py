@@ -103,6 +103,26 @@ class StopSignals:
             return
         raise stop.StopRequested(signum)  # not an Exception: no `except Exception` on the way swallows it
 
+    def seen_first(self) -> None:
+        """Outside training Lightning's SIGTERM handler acts (it was set for this stage), and under DDP it runs
+        a collective, which raises when the other process has already stopped: before it, note the signal
+        (``received``, ``utils.stop.noted``), so the stop is still known for what it is (one line, said by
+        the first process) rather than taken for a failure of the collective."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        then = signal.getsignal(signal.SIGTERM)
+        if getattr(then, "notes_first", False) or then == self.handle:
+            return
+
+        def first(signum: int, frame) -> None:
+            self.received = self.received or signum
+            stop.note(signum)
+            if callable(then):
+                then(signum, frame)
+
+        first.notes_first = True  # type: ignore[attr-defined]
+        signal.signal(signal.SIGTERM, first)
+
     def check(self) -> None:
         """Raise ``StopRequested`` if a signal came that nothing acted on yet (between stages)."""
         if self.received is not None:
@@ -147,7 +167,15 @@ class StopAtTheSameStep(Callback):
             stop.pause_at("first_step")
 
     def on_test_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.signals.seen_first()
         stop.pause_at("test")
+
+    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not self.signals.training:
+            self.signals.seen_first()
+
+    def on_sanity_check_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        self.signals.seen_first()
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int) -> None:
         stopping = self.signals.pending
