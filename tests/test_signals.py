@@ -83,6 +83,19 @@ def _end(proc: subprocess.Popen, timeout: float = 120) -> int:
             os.killpg(proc.pid, signal.SIGKILL)
 
 
+def _stop_at(phase: str, args: list[str], log: Path, *, watch: Path | None = None, group: bool = True) -> tuple[int, str]:
+    """Start ``args`` paused at ``phase``; once ``pause at <phase>`` shows in ``watch`` (the log by default) send
+    SIGTERM to its process group (``group``) or to it alone; (exit status, output)."""
+    proc = _start(args, log, REPRO_PAUSE_AT=phase, REPRO_PAUSE_SECONDS="60")
+    try:
+        _wait_for(f"pause at {phase}", watch or log, proc)
+        os.killpg(proc.pid, signal.SIGTERM) if group else proc.send_signal(signal.SIGTERM)
+        return _end(proc), log.read_text()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
 def _no_process_left(marker: str, within: float = 0.5) -> None:
     """No process whose command line holds ``marker`` runs ``within`` seconds from now (an orphan would)."""
     deadline = time.monotonic() + within
@@ -108,17 +121,9 @@ def test_sigterm_to_a_ddp_fit_stops_both_processes_with_one_line(tmp_path, phase
     once the first process has stopped). Either way one line, from the first process; no lock, no process
     left; after training, results.json interrupted and the checkpoint to resume from."""
     root, log = tmp_path / "runs", tmp_path / "out.log"
-    proc = _start(["fit", "--config", DIGITS, "--run.root", str(root), *TINY, "--trainer.max_epochs", "2",
-                   "--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp"], log,
-                  REPRO_PAUSE_AT=phase, REPRO_PAUSE_SECONDS="60")
-    try:
-        _wait_for(f"pause at {phase}", log, proc)
-        os.killpg(proc.pid, signal.SIGTERM) if to_all else proc.send_signal(signal.SIGTERM)
-        code = _end(proc)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    out = log.read_text()
+    code, out = _stop_at(phase, ["fit", "--config", DIGITS, "--run.root", str(root), *TINY, "--trainer.max_epochs", "2",
+                                 "--trainer.accelerator", "cpu", "--trainer.devices", "2", "--trainer.strategy", "ddp"],
+                         log, group=to_all)
     assert code == 128 + signal.SIGTERM, out[-3000:]
     errors = [x for x in out.splitlines() if x.startswith("error:")]
     assert len(errors) == 1 and errors[0].startswith(f"error: {line}"), out[-3000:]
@@ -137,16 +142,9 @@ def test_sigterm_to_a_ddp_fit_stops_both_processes_with_one_line(tmp_path, phase
 def test_sigterm_to_a_sweeps_process_group_stops_its_run_with_a_checkpoint_and_releases_every_lock(tmp_path):
     root, log = tmp_path / "runs", tmp_path / "sweep.log"
     run = root / "vit" / "patch_size-smoke" / "patch_size=4" / "seed0"
-    proc = _start(["sweep", "vit/patch_size", "--profile", "smoke", "--root", str(root), "--no-report"], log,
-                  REPRO_PAUSE_AT="first_step", REPRO_PAUSE_SECONDS="60")
-    try:
-        _wait_for("pause at first_step", run / "stdout.log", proc)
-        os.killpg(proc.pid, signal.SIGTERM)  # the sweep and its run, as a scheduler or a terminal sends it
-        code = _end(proc)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    out = log.read_text()
+    # the sweep and its run signalled, as a scheduler or a terminal signals a job
+    code, out = _stop_at("first_step", ["sweep", "vit/patch_size", "--profile", "smoke", "--root", str(root), "--no-report"],
+                         log, watch=run / "stdout.log")
     assert code == 128 + signal.SIGTERM, out[-3000:]
     lines = [line.strip() for line in out.splitlines() if line.strip()]
     ckpt = run / "checkpoints" / "last.ckpt"
