@@ -137,6 +137,9 @@ def test_fit_writes_a_complete_run_directory(tmp_path):
     assert 0 < clock[0][0] < clock[1][0] <= t["fit_time_s"]
     assert (d / "checkpoints" / "last.ckpt").is_file()
     assert Path(res["best"]["path"]).is_file() and res["best"]["monitor"] == "val/acc"
+    # the plateau rule read the fit's own validation curve: two validations cannot tell (run/curve.py)
+    assert res["plateau"]["metric"] == "val/acc" and res["plateau"]["validations"] == 2
+    assert res["plateau"]["reached"] is None and res["plateau"]["stopped_early"] is None
     assert not [p for p in d.iterdir() if p.name.endswith(".tmp")]
     assert read_results(d) == res
 

@@ -136,8 +136,9 @@ def test_a_sweep_stopped_mid_run_resumes_it_and_records_the_uninterrupted_result
     timing = [i for i, c in enumerate(ra["curve"]["columns"]) if c.startswith("time/")]
     rows = [[[v for i, v in enumerate(row) if i not in timing] for row in r["curve"]["rows"]] for r in (ra, rb)]
     assert rows[0] == rows[1] and len(rows[0]) == 3
-    for key in ("test", "best", "final", "model"):
+    for key in ("test", "best", "final", "model", "plateau"):
         assert ra.get(key) == rb.get(key), key
+    assert ra["plateau"] == a["plateau"] and ra["plateau"]["validations"] == 3  # the record keeps the run's
     # the interruption's callback aside, the resumed run's config is the uninterrupted run's
     differing = {k for k in set(ra["config"]) | set(rb["config"]) if ra["config"].get(k) != rb["config"].get(k)}
     assert differing and all(k.startswith("trainer.callbacks") for k in differing), differing
