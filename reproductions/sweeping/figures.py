@@ -276,13 +276,14 @@ def plot_claim_by_scale(claim: str, points: list[tuple[str, float | None, float,
     ys = [d for _, _, d, _ in points]
     if all(x0 < x1 for x0, x1 in zip(xs, xs[1:])):  # a line only where the scale grows
         ax.plot(xs, ys, color="tab:blue", linewidth=1, alpha=0.6)
-    for (label, _, d, se), x in zip(points, xs):
+    for k, ((label, _, d, se), x) in enumerate(zip(points, xs)):
         hollow = se is None
         ax.errorbar([x], [d], yerr=[2 * se if se is not None else 0.0], fmt="o", capsize=4, color="tab:blue",
                     markerfacecolor="white" if hollow else "tab:blue")  # fmt: skip
-        if numeric:
-            ax.annotate(label + (" (one seed)" if hollow else ""), (x, d), textcoords="offset points", xytext=(6, 6),
-                        fontsize=8)  # fmt: skip
+        if numeric:  # the last point's label to its left: it stays inside the panel
+            last = k == len(points) - 1 and len(points) > 1
+            ax.annotate(label + (" (one seed)" if hollow else ""), (x, d), textcoords="offset points",
+                        xytext=(-6 if last else 6, 6), ha="right" if last else "left", fontsize=8)  # fmt: skip
     for panel in axes[0]:
         if numeric:
             if min(xs) > 0 and max(xs) / min(xs) >= 8:
