@@ -1,4 +1,5 @@
-"""Whether a process recorded earlier (in a lock or an owner file) still runs on this machine.
+"""Whether a process recorded earlier (in a lock or an owner file) still runs on this machine, and
+whether this process is the first of its job (``is_rank_zero``).
 
 A record holds the process's pid, its start time (``process_start``: clock ticks since boot, from
 ``/proc/<pid>/stat``) and the machine's boot id (``boot_id``). ``process_alive`` says whether that
@@ -49,3 +50,14 @@ def process_alive(pid: int, *, start: int | str | None = None, boot: str | None 
         pass
     now = process_start(int(pid))
     return not (start is not None and now is not None and str(start) != str(now))
+
+
+def is_rank_zero() -> bool:
+    """Whether this process is the job's first (rank 0): every rank variable is 0 or unset."""
+    for var in ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "SLURM_PROCID"):
+        try:
+            if int(os.environ.get(var) or 0) != 0:
+                return False
+        except ValueError:
+            continue
+    return True

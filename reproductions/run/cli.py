@@ -81,12 +81,12 @@ from reproductions.run.rundir import (
     existing_run_dir,
     experiment_name,
     finished_results,
-    is_rank_zero,
     recorded_experiment,
     stale_checkpoints,
 )
 from reproductions.run.signals import StopAtTheSameStep, StopSignals, slurm_requeue
 from reproductions.run.tracking import read_run_id, run_logger
+from utils.process import is_rank_zero
 from utils.stop import pause_at
 
 

@@ -385,7 +385,7 @@ def config_message(exc: BaseException) -> str:
 def report(exc: BaseException, *, debug: bool | None = None) -> int:
     """Print the traceback (if debugging) and the one ``error:`` line for ``exc``; return its exit status.
     A process of a multi-process run other than the first stops without a line (``quiet``): the first says it."""
-    from reproductions.run.rundir import is_rank_zero  # rundir imports this module
+    from utils.process import is_rank_zero
     from utils.stop import noted
 
     line, code = describe(exc)

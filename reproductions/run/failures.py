@@ -11,7 +11,7 @@ from lightning_modules.callbacks import NonFiniteLossError
 from lightning_modules.checkpoint_io import CheckpointWriteError
 from reproductions.run.errors import RunFailed, RunInterrupted, exception_chain, one_line
 from reproductions.run.results import write_results
-from reproductions.run.rundir import is_rank_zero
+from utils.process import is_rank_zero
 from reproductions.run.signals import stop_children
 from reproductions.run.tracking import log_status
 from utils.stop import StopRequested

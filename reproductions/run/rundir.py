@@ -1,6 +1,6 @@
 """The run directory's name and rules: ``<root>/<experiment>/<variant>/seed<k>/`` with the experiment
 named by its config (``experiment_name``); one run at a time (a lock, taken by the job's first
-process, ``is_rank_zero``), a finished run is never overwritten by accident, and a fresh attempt
+process, ``utils.process.is_rank_zero``), a finished run is never overwritten by accident, and a fresh attempt
 starts without the checkpoints of an earlier one.
 
 Lock. ``<run dir>/run.lock`` is created atomically (``O_CREAT | O_EXCL``) by the run that uses
@@ -347,12 +347,3 @@ def experiment_name(config_paths: list) -> str:
     return "/".join(parts)
 
 
-def is_rank_zero() -> bool:
-    """Whether this process is the job's first (rank 0): every rank variable is 0 or unset."""
-    for var in ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "SLURM_PROCID"):
-        try:
-            if int(os.environ.get(var) or 0) != 0:
-                return False
-        except ValueError:
-            continue
-    return True
