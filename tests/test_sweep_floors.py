@@ -51,6 +51,15 @@ def test_floor_for_reads_what_was_recorded(tmp_path):
     assert floor_of([_run_data(300), _run_data(None)], floors_dir=tmp_path) is None  # two training sets: no one floor
 
 
+def test_a_rewritten_floors_file_is_read_again(tmp_path):
+    record_floor("digits", 300, _result(1.0, 0.90, 300), command="repro registry floors", floors_dir=tmp_path)
+    assert floor_for("digits", 300, floors_dir=tmp_path)["test_acc"] == 0.90
+    record_floor("digits", 300, _result(0.1, 0.80, 300), command="repro registry floors", floors_dir=tmp_path)
+    assert floor_for("digits", 300, floors_dir=tmp_path)["test_acc"] == 0.80  # not the first read's, kept
+    (tmp_path / "digits.json").unlink()
+    assert floor_for("digits", 300, floors_dir=tmp_path) is None
+
+
 def test_floor_files_are_not_read_as_run_records(tmp_path):
     record_floor("digits", None, _result(10.0, 0.96, 1294), command="repro registry floors", floors_dir=tmp_path / "floors")
     assert read_registry(tmp_path) == []
@@ -68,14 +77,20 @@ def test_the_report_table_has_the_floor_row_and_marks_a_model_below_it(tmp_path)
     floors = tmp_path / "floors"
     record_floor("digits", None, _result(10.0, 0.9, 1294), command="repro registry floors", floors_dir=floors)
     plan = make_plan(sweep, "smoke", root=root)
-    header, rows = table(plan, collect(plan), floors_dir=floors)
+    header, rows = table(plan, collect(plan, floors_dir=floors))
     by_name = {r[0]: r for r in rows}
     assert by_name["none"][1] == f"80.00 ± 0.00 {BELOW_FLOOR}" and by_name["learned"][1] == "95.00 ± 0.00"
     floor_row = rows[-1]
     assert floor_row[0] == "pixel logistic regression (C=10, chosen on validation)" and floor_row[1] == "90.00"
     assert len(floor_row) == len(header)
-    _, without = table(plan, collect(plan), floors_dir=tmp_path / "none")
+    _, without = table(plan, collect(plan, floors_dir=tmp_path / "none"))
     assert len(without) == len(rows) - 1 and BELOW_FLOOR not in without[0][1]  # no floor recorded: no row, no mark
+    # the floors a verdict reads are the registry's it was collected with (repro claims --registry), not the repository's
+    record_floor("digits", None, _result(10.0, 0.9, 1294), command="repro registry floors", floors_dir=tmp_path / "reg" / "floors")
+    from_registry = collect(plan, registry=tmp_path / "reg")
+    assert from_registry[0].floors_dir == tmp_path / "reg" / "floors"
+    assert from_registry[0].column(plan.sweep.metric).floor == pytest.approx(90.0)
+    assert collect(plan, registry=tmp_path / "empty")[0].column(plan.sweep.metric).floor is None
 
 
 def test_registry_floors_computes_once_then_skips(tmp_path):

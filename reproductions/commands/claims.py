@@ -33,7 +33,7 @@ from reproductions.sweeping.attention_claim import distance_groups
 from reproductions.sweeping.claims_page import SMOKE_PROFILE, build_page, gather, source_counts, write_page
 from reproductions.sweeping.records import is_smoke
 from reproductions.sweeping.plan import make_plan
-from reproductions.sweeping.records import FLOORS_DIR_NAME, REGISTRY_DIR, RecordError, read_registry
+from reproductions.sweeping.records import REGISTRY_DIR, RecordError, read_registry
 from reproductions.sweeping.spec import DEFAULT_PROFILE, REPO_ROOT, SweepError, load_sweep, profiles_by_sweep
 
 DEFAULT_OUT = "docs/claims.md"
@@ -134,8 +134,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
         # a page without local runs is the registry's page, whichever way it was asked for: one command remakes it
         shown = args if source_counts(gathered, distances or [])[1] else argparse.Namespace(**{**vars(args), "no_local": True})
         page = build_page(gathered, args.out, args.figures, root=args.root, command=_command(shown),
-                          distances=distances, registry=_registry_label(args.registry),
-                          floors_dir=Path(args.registry) / FLOORS_DIR_NAME)  # fmt: skip
+                          distances=distances, registry=_registry_label(args.registry))  # fmt: skip
     except (SweepError, RecordError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

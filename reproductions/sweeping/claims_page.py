@@ -43,7 +43,7 @@ from reproductions.run.curve import LAST_PART, PLATEAU_THRESHOLD
 from reproductions.sweeping.checks import ClaimLine, Comparison, check_claims, verdict_counts
 from reproductions.sweeping.collect import VariantResults, collect, run_identity
 from reproductions.sweeping.figures import plot_claim_by_scale, png_bytes
-from reproductions.sweeping.floors import FLOORS_DIR, floor_of
+from reproductions.sweeping.floors import floor_of
 from reproductions.sweeping.plan import Plan, make_plan
 from reproductions.sweeping.records import SMOKE_PROFILE, Record, is_smoke
 from reproductions.sweeping.spec import SCALE_AXES, Profile, Sweep, load_sweep
@@ -216,7 +216,7 @@ def _figure_points(rows: list[tuple[Measured, Comparison]]) -> tuple[list[tuple[
     return points, "profile (scale)"
 
 
-def _sides(rows: list[tuple[Measured, Comparison]], floors_dir: Path) -> list[tuple[float | None, float | None, float | None]]:
+def _sides(rows: list[tuple[Measured, Comparison]]) -> list[tuple[float | None, float | None, float | None]]:
     """Per point of the figure (the profiles with a difference): a's and b's means and the pixel floor of the
     profile's runs (one training set for all, a test-accuracy metric), in the metric's units."""
     out = []
@@ -225,7 +225,7 @@ def _sides(rows: list[tuple[Measured, Comparison]], floors_dir: Path) -> list[tu
             continue
         floor = None
         if c.metric.key == FLOOR_METRIC:
-            found = floor_of([r for vr in m.collected for r in vr.results], floors_dir=floors_dir)
+            found = floor_of([r for vr in m.collected for r in vr.results], floors_dir=m.collected[0].floors_dir) if m.collected else None
             floor = None if found is None else found["test_acc"] * c.metric.scale
         out.append((c.stat_a.mean, c.stat_b.mean, floor))
     return out
@@ -235,8 +235,7 @@ def _verdict_cell(c: Comparison) -> str:
     return c.verdict + (f" ({c.note})" if c.note else "")
 
 
-def _sweep_section(sc: SweepClaims, page_dir: Path, figure_dir: Path, figures: dict[Path, bytes],
-                   floors_dir: Path = FLOORS_DIR) -> list[str]:
+def _sweep_section(sc: SweepClaims, page_dir: Path, figure_dir: Path, figures: dict[Path, bytes]) -> list[str]:
     sweep = sc.sweep
     lines = [f"## {sweep.title} (`{sweep.id}`)", ""]
     lines += [f"- Paper: {claim.strip()}" for claim in sweep.claims]
@@ -265,7 +264,7 @@ def _sweep_section(sc: SweepClaims, page_dir: Path, figure_dir: Path, figures: d
             path = figure_dir / _figure_name(sweep, claim)
             first = rows[0][1]
             fig = plot_claim_by_scale(claim, points, xlabel=xlabel, ylabel=f"{first.a} - {first.b} ({first.metric.unit})",
-                                      title=f"{sweep.title}\n{claim}", sides=_sides(rows, floors_dir),
+                                      title=f"{sweep.title}\n{claim}", sides=_sides(rows),
                                       names=(first.a, first.b), metric_label=first.metric.label)  # fmt: skip
             figures[path] = png_bytes(fig)
             link = Path(os.path.relpath(path, page_dir)).as_posix()
@@ -274,11 +273,10 @@ def _sweep_section(sc: SweepClaims, page_dir: Path, figure_dir: Path, figures: d
 
 
 def build_page(gathered: list[SweepClaims], out: str | os.PathLike, figure_dir: str | os.PathLike, *, root: str | os.PathLike,
-               command: str, distances: list[DistanceGroup] | None = None, registry: str = "results/",
-               floors_dir: str | os.PathLike = FLOORS_DIR) -> Page:  # fmt: skip
+               command: str, distances: list[DistanceGroup] | None = None, registry: str = "results/") -> Page:  # fmt: skip
     """The page at ``out`` and its figures under ``figure_dir`` (drawn in memory, not written);
     ``distances`` (``attention_claim.distance_groups``) adds the attention-distance section; a claim
-    figure of test accuracy draws the pixel floors of ``floors_dir``."""
+    figure of test accuracy draws the pixel floors its results were collected with."""
     out, figure_dir = Path(out), Path(figure_dir)
     page_dir = out.parent
     figures: dict[Path, bytes] = {}
@@ -325,7 +323,7 @@ def build_page(gathered: list[SweepClaims], out: str | os.PathLike, figure_dir: 
     lines += [f"Verdicts on this page, a claim at a scale each: {verdict_counts(comparisons)}.", ""]
     for sc in gathered:
         if sc.measured:
-            lines += _sweep_section(sc, page_dir, figure_dir, figures, Path(floors_dir))
+            lines += _sweep_section(sc, page_dir, figure_dir, figures)
     if distances is not None:
         lines += distance_section(distances, page_dir, figure_dir, figures)
     unmeasured = [sc for sc in gathered if not sc.measured]

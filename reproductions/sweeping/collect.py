@@ -26,8 +26,8 @@ from reproductions.run.results import RESULTS_FILE, metric_value, read_results, 
 from reproductions.run.rundir import describe_holder, is_stale, read_holder
 from reproductions.sweeping.launch import last_error
 from reproductions.sweeping.plan import LOG_FILE, Plan
-from reproductions.sweeping.floors import floor_of
-from reproductions.sweeping.records import Record, records_of
+from reproductions.sweeping.floors import FLOORS_DIR, floor_of
+from reproductions.sweeping.records import FLOORS_DIR_NAME, Record, is_number, records_of
 from reproductions.sweeping.spec import Metric, Variant
 
 
@@ -57,6 +57,7 @@ class VariantResults:
     results: list[dict] = field(default_factory=list)  # finished runs, by seed
     missing: list[tuple[int, str]] = field(default_factory=list)  # planned seeds without a result
     rejected: list[tuple[int, str]] = field(default_factory=list)  # seeds whose results.json is not theirs
+    floors_dir: Path = FLOORS_DIR  # the registry's pixel floors that ``column`` and the tables compare with
 
     def values(self, path: str) -> list[float]:
         out = []
@@ -76,9 +77,9 @@ class VariantResults:
     def column(self, m: Metric) -> Stat:
         """A metric column in display units (value x ``m.scale``), with how many of its runs were still
         rising and, for test accuracy, the runs' pixel floor (``FLOORED``)."""
-        measured = [r for r in self.results if _number(metric_value(r, m.key))]
+        measured = [r for r in self.results if is_number(metric_value(r, m.key))]
         stat = mean_std([float(metric_value(r, m.key)) * m.scale for r in measured])
-        floor = floor_of(measured) if m.key in FLOORED and measured else None
+        floor = floor_of(measured, floors_dir=self.floors_dir) if m.key in FLOORED and measured else None
         return replace(stat, rising=sum(still_rising(r) for r in measured),
                        floor=None if floor is None else FLOORED[m.key](floor) * m.scale)
 
@@ -88,14 +89,10 @@ class VariantResults:
 
     def values_of_metric(self, key: str) -> list[float]:
         values = (metric_value(r, key) for r in self.results)
-        return [float(v) for v in values if _number(v)]
+        return [float(v) for v in values if is_number(v)]
 
     def seeds(self) -> list[int]:
         return [int(r.get("seed", -1)) for r in self.results]
-
-
-def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 #: metrics that have a pixel floor, and the floor's value of each (a fraction of 1)
@@ -149,7 +146,7 @@ def same_run(a: dict, b: dict) -> bool:
 
 
 def collect(plan: Plan, *, registry: str | os.PathLike | None = None, local: bool = True,
-            read: Sequence[Record] | None = None) -> list[VariantResults]:  # fmt: skip
+            read: Sequence[Record] | None = None, floors_dir: str | os.PathLike | None = None) -> list[VariantResults]:  # fmt: skip
     """Finished results per variant (planned seeds and any other finished seed on disk) and
     the planned runs without one, with the reason (not run / running now / failed or unfinished +
     last log line); a results.json that is not the run's (``foreign``) goes to ``rejected`` and
@@ -160,7 +157,9 @@ def collect(plan: Plan, *, registry: str | os.PathLike | None = None, local: boo
     folder (``records``) for this sweep and profile (a record of a run also found locally counts
     once, as the record); ``local=False``: the registry's records alone. ``read``: the registry's
     records already read (``read_registry(registry)``), so a caller that needs them for every
-    sweep and profile reads them once."""
+    sweep and profile reads them once. ``floors_dir``: the pixel floors the results are compared
+    with (default: the ``registry``'s, else the repository's)."""
+    floors = Path(floors_dir) if floors_dir is not None else Path(registry) / FLOORS_DIR_NAME if registry is not None else FLOORS_DIR
     records: dict[str, list[dict]] = {}
     if registry is not None:
         mine = (records_of(plan.sweep.id, plan.profile.name, registry) if read is None else
@@ -170,6 +169,7 @@ def collect(plan: Plan, *, registry: str | os.PathLike | None = None, local: boo
     out = []
     for variant in plan.variants:
         vr = _collect_local(plan, variant) if local else VariantResults(variant)
+        vr.floors_dir = floors
         for rec in records.get(variant.name, []):  # a local run that is a record counts once, as the record
             vr.results = [r for r in vr.results if not same_run(rec, r)] + [rec]
         vr.results.sort(key=lambda r: (int(r.get("seed", -1)), r.get("source") != "local"))

@@ -39,7 +39,6 @@ from pathlib import Path
 from reproductions.sweeping.collect import Stat, VariantResults, curve_keys, run_curve
 from reproductions.sweeping.plan import Plan
 from reproductions.sweeping.spec import SweepError
-from reproductions.sweeping.floors import FLOORS_DIR
 from reproductions.sweeping.tables import (
     axis_order,
     axis_sort_key,
@@ -364,7 +363,7 @@ def draw_floors(fig, kind: str, plan: Plan, floors: list[dict]) -> None:
         ax.legend(fontsize=8)
 
 
-def figure(plan: Plan, collected: list[VariantResults], path: Path, *, floors_dir=FLOORS_DIR) -> Path | None:
+def figure(plan: Plan, collected: list[VariantResults], path: Path) -> Path | None:
     """Draw the sweep's ``report.plot`` into ``path`` (PNG, atomically), with the pixel floors of its runs'
     data; None when nothing finished."""
     kind = plan.sweep.report.get("plot", "bars")
@@ -374,7 +373,7 @@ def figure(plan: Plan, collected: list[VariantResults], path: Path, *, floors_di
     if not have:
         return None
     fig = PLOTTERS[kind](plan, collected, have)
-    draw_floors(fig, kind, plan, distinct_floors(variant_floors(plan, collected, floors_dir)))
+    draw_floors(fig, kind, plan, distinct_floors(variant_floors(plan, collected)))
     atomic_savefig(fig, path)
     pyplot().close(fig)
     return path

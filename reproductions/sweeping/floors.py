@@ -60,17 +60,30 @@ def floor_file(dataset: str, floors_dir: str | os.PathLike = FLOORS_DIR) -> Path
     return Path(floors_dir) / f"{dataset}.json"
 
 
+_READ: dict[Path, tuple[tuple[int, int, int], dict[str, Any]]] = {}
+"""``read_floors``'s files already read, by path: (inode, size, mtime) and the contents; a table or a claims
+page asks for a floor per variant and column, so each file is parsed once until it changes."""
+
+
 def read_floors(dataset: str, floors_dir: str | os.PathLike = FLOORS_DIR) -> dict[str, Any] | None:
-    """The registry file of ``dataset``, or None when there is none."""
-    path = floor_file(dataset, floors_dir)
+    """The registry file of ``dataset``, or None when there is none; the contents are shared between calls
+    (read them, do not change them)."""
+    path = floor_file(dataset, floors_dir).resolve()
     try:
+        st = path.stat()
+        stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+        cached = _READ.get(path)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
         data = json.loads(path.read_text())
     except FileNotFoundError:
+        _READ.pop(path, None)
         return None
     except (OSError, ValueError) as e:
         raise ValueError(f"{path}: not a floors file ({e}); compute it again with `repro registry floors`") from e
     if not isinstance(data, dict) or not isinstance(data.get("by_train_samples"), dict):
         raise ValueError(f"{path}: no by_train_samples mapping; compute it again with `repro registry floors`")
+    _READ[path] = (stamp, data)
     return data
 
 

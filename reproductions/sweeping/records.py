@@ -157,12 +157,13 @@ def definition_config(sweep_id: str, profile: str, variant: str, seed: int) -> d
 # --------------------------------------------------------------------------- schema
 
 
-def _number(v: Any) -> bool:
+def is_number(v: Any) -> bool:
+    """A real number: an int or float, not a bool."""
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def _metrics(v: Any) -> bool:
-    return isinstance(v, dict) and all(isinstance(k, str) and (v[k] is None or _number(v[k])) for k in v)
+    return isinstance(v, dict) and all(isinstance(k, str) and (v[k] is None or is_number(v[k])) for k in v)
 
 
 def _curve(v: Any) -> bool:
@@ -170,7 +171,7 @@ def _curve(v: Any) -> bool:
         return False
     width = len(v["columns"])
     return all(isinstance(c, str) for c in v["columns"]) and all(
-        isinstance(row, list) and len(row) == width and all(x is None or _number(x) for x in row) for row in v["rows"])
+        isinstance(row, list) and len(row) == width and all(x is None or is_number(x) for x in row) for row in v["rows"])
 
 
 #: field -> (check, what it must be); fields marked optional may be absent
@@ -189,9 +190,9 @@ FIELDS: dict[str, tuple[Any, str, bool]] = {
     "test": (_metrics, "an object of metric -> number", True),
     "test_ckpt": (lambda v: v is None or isinstance(v, str), "final, best or null", True),
     "final": (_metrics, "an object of metric -> number", True),
-    "best": (lambda v: isinstance(v, dict) and (v.get("score") is None or _number(v.get("score"))), "an object with a numeric score", True),
+    "best": (lambda v: isinstance(v, dict) and (v.get("score") is None or is_number(v.get("score"))), "an object with a numeric score", True),
     "model": (lambda v: isinstance(v, dict), "an object (params, flops_per_sample)", True),
-    "training": (lambda v: isinstance(v, dict) and _number(v.get("fit_time_s")), "an object with a numeric fit_time_s", True),
+    "training": (lambda v: isinstance(v, dict) and is_number(v.get("fit_time_s")), "an object with a numeric fit_time_s", True),
     "data": (lambda v: isinstance(v, dict), "an object (the data's description)", True),
     "curve": (_curve, "an object {columns: [names], rows: [[numbers or null] of that width]}", True),
     "hardware": (lambda v: isinstance(v, dict) and isinstance(v.get("device"), str), "an object with a device", True),

@@ -97,9 +97,9 @@ def against_reference(plan: Plan, yours: list[VariantResults], reference: list[V
     ref_by = {vr.variant.name: vr for vr in reference}
     out = []
     for vr in yours:
-        ref = ref_by.get(vr.variant.name) or VariantResults(vr.variant)
+        ref = ref_by.get(vr.variant.name) or VariantResults(vr.variant, floors_dir=vr.floors_dir)
         own = [r for r in vr.results if any(same_run(r, x) for x in ref.results)]
-        vr = VariantResults(vr.variant, [r for r in vr.results if not any(r is x for x in own)])
+        vr = VariantResults(vr.variant, [r for r in vr.results if not any(r is x for x in own)], floors_dir=vr.floors_dir)
         a, b = ref.column(m), vr.column(m)
         diff = None if a.mean is None or b.mean is None else b.mean - a.mean
         differs: list[Difference] = []

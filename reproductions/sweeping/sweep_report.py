@@ -100,10 +100,9 @@ def _overrides_text(overrides: dict) -> str:
     return ", ".join(f"`{k}={cli_value(v)}`" for k, v in overrides.items()) or "none"
 
 
-def build_report(plan: Plan, collected: list[VariantResults], figures: list[Path], *,
-                 floors_dir: str | os.PathLike = FLOORS_DIR) -> Report:  # fmt: skip
+def build_report(plan: Plan, collected: list[VariantResults], figures: list[Path]) -> Report:
     sweep, prof = plan.sweep, plan.profile
-    header, rows = table(plan, collected, floors_dir=floors_dir)
+    header, rows = table(plan, collected)
     first = _first(collected)
     missing = [
         f"`{vr.variant.name}` seed {seed}: {why} (`{plan.experiment_dir / vr.variant.name / f'seed{seed}'}`)"
@@ -157,7 +156,7 @@ def build_report(plan: Plan, collected: list[VariantResults], figures: list[Path
             lines.append(f"- Claim: {claim.strip()}")
         lines.append("")
     lines += ["## Results", "", markdown_table(header, rows), ""]
-    if variant_floors(plan, collected, floors_dir):
+    if variant_floors(plan, collected):
         lines += [FLOOR_NOTE, ""]
     claim_lines = check_claims(plan, collected)
     claims = [line.text for line in claim_lines]
@@ -230,7 +229,8 @@ def render(plan: Plan, figure_dir: str | os.PathLike | None = None, *,
     With a ``registry`` that holds records of this sweep and profile: your runs (under the
     plan's root) get a section beside that reference (``reference``); with no run of yours, the
     report is the reference's own (its records, said so at the top)."""
-    collected = collect(plan)
+    floors_dir = Path(registry) / FLOORS_DIR_NAME if registry is not None else FLOORS_DIR
+    collected = collect(plan, floors_dir=floors_dir)
     reference = collect(plan, registry=registry, local=False) if registry is not None else []
     own, recorded = any(vr.results for vr in collected), any(vr.results for vr in reference)
     source = "registry" if recorded and not own else "local"
@@ -238,11 +238,10 @@ def render(plan: Plan, figure_dir: str | os.PathLike | None = None, *,
         collected = reference
     figures = []
     fig_dir = Path(figure_dir) if figure_dir is not None else plan.experiment_dir
-    floors_dir = Path(registry) / FLOORS_DIR_NAME if registry is not None else FLOORS_DIR
-    fig = figure(plan, collected, fig_dir / f"{plan.sweep.axis}.png", floors_dir=floors_dir)
+    fig = figure(plan, collected, fig_dir / f"{plan.sweep.axis}.png")
     if fig is not None:
         figures.append(fig)
-    report = build_report(plan, collected, figures, floors_dir=floors_dir)
+    report = build_report(plan, collected, figures)
     label = _rel(Path(registry)) + "/" if registry is not None else ""
     if source == "registry":
         note = (f"No runs of yours under `{plan.experiment_dir}`: this is the reference, the {sum(len(vr.results) for vr in reference)} "

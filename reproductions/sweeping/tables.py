@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from reproductions.sweeping.collect import Stat, VariantResults, by_name, mean_std
-from reproductions.sweeping.floors import FLOORS_DIR, floor_label, floor_of
+from reproductions.sweeping.floors import floor_label, floor_of
 from reproductions.sweeping.plan import Plan
 from reproductions.sweeping.spec import Metric, Reference, SweepError, Variant
 
@@ -142,14 +142,14 @@ FLOOR_METRIC = "test/acc"
 BELOW_FLOOR = "(below floor)"
 
 
-def variant_floors(plan: Plan, collected: list[VariantResults], floors_dir=FLOORS_DIR) -> dict[str, dict]:
-    """Each variant's pixel floor (``floors.floor_of`` its runs), for a sweep whose main metric is test
-    accuracy; variants without one (no runs, no recorded floor, other data) are left out."""
+def variant_floors(plan: Plan, collected: list[VariantResults]) -> dict[str, dict]:
+    """Each variant's pixel floor (``floors.floor_of`` its runs, from its ``floors_dir``), for a sweep whose
+    main metric is test accuracy; variants without one (no runs, no recorded floor, other data) are left out."""
     if plan.sweep.metric.key != FLOOR_METRIC:
         return {}
     out = {}
     for vr in collected:
-        floor = floor_of(vr.results, floors_dir=floors_dir) if vr.results else None
+        floor = floor_of(vr.results, floors_dir=vr.floors_dir) if vr.results else None
         if floor is not None:
             out[vr.variant.name] = floor
     return out
@@ -163,7 +163,7 @@ def distinct_floors(floors: dict[str, dict]) -> list[dict]:
     return [seen[k] for k in sorted(seen, key=lambda k: (k[0], k[1] is None, k[1] or 0))]
 
 
-def table(plan: Plan, collected: list[VariantResults], *, floors_dir=FLOORS_DIR) -> tuple[list[str], list[list[str]]]:
+def table(plan: Plan, collected: list[VariantResults]) -> tuple[list[str], list[list[str]]]:
     """The report table: header and rows (strings), one row per planned variant, a pixel-floor row per
     training set when the metric is test accuracy, and a last ceiling row when the main metric has a
     ceiling that the results record."""
@@ -182,13 +182,12 @@ def table(plan: Plan, collected: list[VariantResults], *, floors_dir=FLOORS_DIR)
     by = by_name(collected)
     base_raw = mean_std(by[rel["baseline"]].values_of_metric(m.key)).mean if rel else None
     ceiling = ceiling_value(collected, m)
-    floors = variant_floors(plan, collected, floors_dir)
+    floors = variant_floors(plan, collected)
     rows = []
     for vr in collected:
         flops = vr.stat("model.flops_per_sample").mean
         stat = vr.metric(plan)
-        floor = floors.get(vr.variant.name)
-        below = floor is not None and stat.mean is not None and stat.mean < floor["test_acc"] * m.scale
+        below = stat.floor is not None and stat.mean is not None and stat.mean < stat.floor
         row = [vr.variant.name, fmt_stat(stat, m.digits) + (f" {BELOW_FLOOR}" if below else ""),
                str(len(vr.values_of_metric(m.key)))]  # fmt: skip
         row += [fmt_stat(vr.column(c), c.digits) for c in columns]
