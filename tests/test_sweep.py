@@ -112,6 +112,21 @@ def test_variant_option_runs_those_variants_alone(tmp_path, capsys):
     assert report_main(["vit/patch_size", "--profile", "smoke", "--variant", "nonesuch", "--root", str(root)]) == 2
 
 
+def test_a_variant_subset_writes_the_whole_profiles_report(tmp_path):
+    """The report after ``--variant`` is the profile's: a sweep whose check needs a variant that was not run (a
+    baseline) still reports, and the other variants' rows say they were not run."""
+    root = tmp_path / "runs"
+    out = io.StringIO()
+    assert sweep_main(["vit/patch_size", "--profile", "smoke", "--variant", "patch_size=4", "--root", str(root)],
+                      runner=fake_runner(), out=out) == 0, out.getvalue()  # fmt: skip
+    assert "report failed" not in out.getvalue()
+    text = (root / "vit" / "patch_size-smoke" / "report.md").read_text()
+    order = [v.name for v in make_plan("vit/patch_size", "smoke").variants]
+    assert all(f"| {name} |" in text for name in order)
+    assert "`repro report vit/patch_size --profile smoke --root" in text and "--variant" not in text.split("## Results")[0]
+    assert [f"`{name}` seed 0: not run" in text for name in order] == [name != "patch_size=4" for name in order]
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--seed", "-1"], "--seed -1 is negative; seeds are 0, 1, 2, ..."),
     (["--seed", "3", "--seed", "3"], "--seed 3 is given twice; give each seed once"),

@@ -105,12 +105,20 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
     print(f"{len(records)} records valid (schema)", file=out)
     if not args.definitions:
         return 0
+    from reproductions.sweeping.picks import registry_disagreements
+
     stale = list(stale_records(records))
     for rec, why in stale:
         print(f"stale {rec.path}: {why}", file=out)
     print(f"{len(stale)} of {len(records)} records no longer match their sweep file"
           + ("; rerun those variants and add them (repro registry add), or remove the records" if stale else ""), file=out)  # fmt: skip
-    return 1 if stale else 0
+    untuned = registry_disagreements(records, args.registry)
+    for line in untuned:
+        print(f"not at its tuned point: {line}", file=out)
+    print(f"{len(untuned)} swept variants not at the pick their tuning sweep recorded"
+          + ("; write the picks into the sweep file (repro report <tuning sweep> lists them) and rerun those variants"
+             if untuned else ""), file=out)  # fmt: skip
+    return 1 if stale or untuned else 0
 
 
 def cmd_tables(args: argparse.Namespace, out: TextIO) -> int:

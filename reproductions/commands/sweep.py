@@ -209,8 +209,13 @@ def main(argv: Sequence[str] | None = None, *, runner=subprocess_runner, out: Te
                   f"    log: {o.run.log_path}", file=out)  # fmt: skip
     if not args.no_report:
         try:
-            with ReportLock(plan.experiment_dir, plan.profile.name, plan.sweep_command()):
-                write_report(plan, wandb=args.wandb, out=out, **({"project": args.project} if args.project else {}))
+            # the report is the whole profile's (every variant's finished runs), also after a --variant subset
+            whole = plan if not args.only else make_plan(
+                args.sweep, args.profile, seeds=seeds, root=args.root, experiment=args.experiment,
+                launcher=args.launcher, devices=args.devices, wandb=args.wandb, project=args.project, extra=extra,
+                jobs=args.jobs)  # fmt: skip
+            with ReportLock(plan.experiment_dir, plan.profile.name, whole.sweep_command()):
+                write_report(whole, wandb=args.wandb, out=out, **({"project": args.project} if args.project else {}))
             if args.wandb and (records := records_of(plan.sweep.id, plan.profile.name)):
                 # the repository's reference runs in the same W&B group, beside the sweep's own
                 log_references(records, project=args.project or "attention-repro", root=plan.root, group=plan.experiment)

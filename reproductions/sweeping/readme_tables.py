@@ -33,6 +33,7 @@ from reproductions.sweeping.checks import verdict_counts
 from reproductions.sweeping.claims_page import gather, scale_label
 from reproductions.sweeping.records import is_smoke
 from reproductions.sweeping.collect import collect
+from reproductions.sweeping.picks import picks, picks_markdown, usages
 from reproductions.sweeping.plan import make_plan
 from reproductions.sweeping.spec import REPO_ROOT, SweepError, profiles_by_sweep
 from reproductions.sweeping.tables import markdown_table, table
@@ -60,7 +61,9 @@ def profile_block(sweep_id: str, profile: str, registry: str | os.PathLike) -> s
     header, rows = table(plan, collected)
     head = (f"`{plan.sweep_command()}`: {len(records)} runs (seeds {', '.join(map(str, seeds))}), {when}, {hardware}; "
             f"{GENERATED_BY}.")  # fmt: skip
-    return f"{head}\n\n{markdown_table(header, rows)}\n"
+    found = picks(plan, collected)
+    chosen = "\n".join(picks_markdown(plan, found, usages(plan, found), heading=False))
+    return f"{head}\n\n{markdown_table(header, rows)}\n" + (f"\n{chosen}" if chosen else "")
 
 
 def claims_block(registry: str | os.PathLike) -> str:

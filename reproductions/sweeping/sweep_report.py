@@ -51,6 +51,7 @@ from reproductions.sweeping.collect import VariantResults, collect
 from reproductions.sweeping.figures import figure
 from reproductions.sweeping.floors import FLOORS_DIR
 from reproductions.sweeping.plan import Plan, cli_value
+from reproductions.sweeping.picks import picks, picks_markdown, usages
 from reproductions.sweeping.records import FLOORS_DIR_NAME, REGISTRY_DIR
 from reproductions.sweeping.reference import against_reference, reference_markdown, reference_table
 from reproductions.sweeping.spec import REPO_ROOT, SweepError
@@ -158,6 +159,8 @@ def build_report(plan: Plan, collected: list[VariantResults], figures: list[Path
     lines += ["## Results", "", markdown_table(header, rows), ""]
     if variant_floors(plan, collected):
         lines += [FLOOR_NOTE, ""]
+    found = picks(plan, collected)
+    lines += picks_markdown(plan, found, usages(plan, found, root=str(plan.root)))
     claim_lines = check_claims(plan, collected)
     claims = [line.text for line in claim_lines]
     if sweep.report.get("check"):
