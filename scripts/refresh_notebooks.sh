@@ -10,9 +10,10 @@
 # attention: needs nothing else: the shipped checkpoint reproductions/vit/demo/fmnist_vit_p4.ckpt on
 #   128 Fashion-MNIST validation images (offline); figures and numbers also go to runs/analysis/fmnist_vit_p4/.
 # bst: reports the runs under BST_RUNS_ROOT (default runs), made by
-#   repro sweep bst/table    --profile cpu-movielens --seeds 1 --root "$BST_RUNS_ROOT" -- --data.data_dir DIR
-#   repro sweep bst/position --profile cpu-movielens --seeds 1 --root "$BST_RUNS_ROOT" --reuse -- --data.data_dir DIR
-#   (DIR: MovieLens ml-latest-small unzipped; reproductions/bst/README.md).
+#   repro sweep bst/table    --profile cpu-movielens --root "$BST_RUNS_ROOT" -- --data.data_dir DIR
+#   repro sweep bst/position --profile cpu-movielens --root "$BST_RUNS_ROOT" --reuse -- --data.data_dir DIR
+#   (DIR: MovieLens ml-latest-small unzipped; reproductions/bst/README.md); with none there, the
+#   results registry's records (what the committed notebook shows: refresh it where runs/bst has none).
 #
 # Environment: anything the notebooks read (ANALYSIS_*, BST_*: their parameters cells) changes what is
 # saved; leave them unset to save the defaults, which the notebooks' text describes. PYTHON: the
