@@ -283,3 +283,19 @@ def test_the_page_as_a_wandb_run_holds_its_comparisons_figures_and_markdown(tmp_
     assert len(images) == len(list(figures.glob("*.png"))) > 0
     saved = {f.path for r in records if r.WhichOneof("record_type") == "files" for f in r.files.files}
     assert "claims.md" in saved and (folder / "files" / "claims.md").read_text() == md
+
+
+def test_the_committed_verdicts_say_one_seed_and_their_own_metric():
+    """A verdict with no standard error (a side with one run) says so in the README summary, and a claim table
+    of the claims page names the claim's own metric (a 5-shot claim's difference is not test accuracy)."""
+    from reproductions.sweeping.spec import REPO_ROOT
+
+    readme = (REPO_ROOT / "README.md").read_text()
+    block = readme[readme.index("<!-- registry-claims -->"):readme.index("<!-- /registry-claims -->")]
+    cells = re.findall(r"\*\*(?:holds|does not hold|within noise|under-trained)\*\*, ([^<|]*)", block)
+    assert cells and all(("s.e." in c) != ("(one seed)" in c) for c in cells), [c for c in cells if ("s.e." in c) == ("(one seed)" in c)]
+    page = (REPO_ROOT / "docs" / "claims.md").read_text()
+    tables = re.findall(r"### ([^\n]*)\n\n(\| profile [^\n]*)", page)
+    shots = [(claim, header) for claim, header in tables if claim.startswith("5-shot linear (%)")]
+    assert shots and all("a - b (5-shot linear (%))" in header for _, header in shots), shots
+    assert all("a - b (test acc. (%))" in header for claim, header in tables if claim.startswith("test acc. (%)"))

@@ -253,7 +253,8 @@ def _sweep_section(sc: SweepClaims, page_dir: Path, figure_dir: Path, figures: d
     m0 = sweep.metric
     for claim, rows in claims.items():
         lines += [f"### {claim}", ""]
-        lines.append(f"| profile | scale | runs (n: a / b) | a - b ({m0.label}) | verdict |")
+        label = rows[0][1].metric.label if rows else m0.label  # the claim's own metric (a 5-shot claim's, too)
+        lines.append(f"| profile | scale | runs (n: a / b) | a - b ({label}) | verdict |")
         lines.append("|---|---|---:|---:|---|")
         for m, c in rows:
             lines.append(f"| `{m.profile.name}` | {_md(scale_label(m.profile))} | {c.stat_a.n} / {c.stat_b.n} | "

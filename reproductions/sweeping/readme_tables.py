@@ -76,6 +76,7 @@ def claims_block(registry: str | os.PathLike) -> str:
             comparisons += [c for _, c in measured]
             for m, c in measured:
                 number = f", {c.delta_text()}" if c.difference is not None else ""
+                number += " (one seed)" if c.difference is not None and c.se is None else ""
                 cells.append(f"{scale_label(m.profile)}: **{c.verdict}**{number}")
             at_two += len([1 for _, c in measured if c.difference is not None]) >= 2
             rows.append([f"`{sc.sweep.id}`", claim, "<br>".join(cells)])
