@@ -105,7 +105,7 @@ def test_the_report_has_the_picks_table(tmp_path):
     plan = make_plan(tune, "smoke", root=tmp_path / "runs")
     _fill(tmp_path / "runs", plan, _score)
     report = render(plan, tmp_path / "fig", registry=None)
-    assert "## Picks: each model's best point" in report.markdown
+    assert "## Picks: the best point of each model (" in report.markdown
     assert "every variant runs at its group's complete pick" in report.markdown
 
 

@@ -188,7 +188,7 @@ def picks_markdown(plan: Plan, found: list[Pick], used: list[Usage], *, heading:
     m = plan.sweep.metric
     by = [k for k, _ in found[0].group]
     tuned = tuned_axes(plan, by)
-    title = f"Picks: each {', '.join(by)}'s best point ({m.label})"
+    title = f"Picks: the best point of each {by[0] if len(by) == 1 else '(' + ', '.join(by) + ')'} ({m.label})"
     lines = [f"## {title}" if heading else f"**{title}**", "",
              "| " + " | ".join([*by, *tuned, m.label, "runs", "at the grid's edge"]) + " |",
              "|" + "|".join(["---"] * len(by) + ["---:"] * (len(tuned) + 2) + ["---"]) + "|"]  # fmt: skip
@@ -196,7 +196,7 @@ def picks_markdown(plan: Plan, found: list[Pick], used: list[Usage], *, heading:
         cells = [cli_value(v) for _, v in p.group]
         cells += [cli_value(p.values[k]) if k in p.values else "–" for k in tuned]
         cells += ["–" if p.score is None else f"{p.score:.{m.digits}f}", f"{p.done} of {p.total}",
-                  "; ".join(p.edges) or "no"]  # fmt: skip
+                  "–" if p.variant is None else "; ".join(p.edges) or "no"]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     if used:
