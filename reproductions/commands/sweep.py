@@ -114,12 +114,10 @@ def main(argv: Sequence[str] | None = None, *, runner=subprocess_runner, out: Te
         extra = [*extra, "--run.log_model", "true"]
     check_counts(jobs=args.jobs, devices=args.devices)
     seeds = chosen_seeds(args)
+    settings = dict(seeds=seeds, root=args.root, experiment=args.experiment, launcher=args.launcher, devices=args.devices,
+                    wandb=args.wandb, project=args.project, extra=extra, jobs=args.jobs)  # fmt: skip
     try:
-        plan = make_plan(
-            args.sweep, args.profile, seeds=seeds, only=args.only, root=args.root, experiment=args.experiment,
-            launcher=args.launcher, devices=args.devices, wandb=args.wandb, project=args.project, extra=extra,
-            jobs=args.jobs,
-        )  # fmt: skip
+        plan = make_plan(args.sweep, args.profile, only=args.only, **settings)
     except SweepError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -210,10 +208,7 @@ def main(argv: Sequence[str] | None = None, *, runner=subprocess_runner, out: Te
     if not args.no_report:
         try:
             # the report is the whole profile's (every variant's finished runs), also after a --variant subset
-            whole = plan if not args.only else make_plan(
-                args.sweep, args.profile, seeds=seeds, root=args.root, experiment=args.experiment,
-                launcher=args.launcher, devices=args.devices, wandb=args.wandb, project=args.project, extra=extra,
-                jobs=args.jobs)  # fmt: skip
+            whole = plan if not args.only else make_plan(args.sweep, args.profile, **settings)
             with ReportLock(plan.experiment_dir, plan.profile.name, whole.sweep_command()):
                 write_report(whole, wandb=args.wandb, out=out, **({"project": args.project} if args.project else {}))
             if args.wandb and (records := records_of(plan.sweep.id, plan.profile.name)):

@@ -31,7 +31,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from reproductions.sweeping.collect import VariantResults, collect
+from reproductions.sweeping.collect import VariantResults, by_name, collect
 from reproductions.sweeping.plan import Plan, cli_value, make_plan
 from reproductions.sweeping.records import REGISTRY_DIR
 from reproductions.sweeping.spec import SweepError, Variant, load_sweep, profiles_by_sweep
@@ -50,9 +50,6 @@ class Pick:
     @property
     def complete(self) -> bool:
         return self.total > 0 and self.done == self.total
-
-    def group_text(self) -> str:
-        return ", ".join(f"{k}={cli_value(v)}" for k, v in self.group)
 
 
 @dataclass(frozen=True)
@@ -112,7 +109,7 @@ def picks(plan: Plan, collected: list[VariantResults]) -> list[Pick]:
     if missing:
         raise SweepError(f"{plan.sweep.path}: report.picks.by names {missing[0]!r}, not an axis of every variant")
     tuned = tuned_axes(plan, by)
-    results = {vr.variant.name: vr for vr in collected}
+    results = by_name(collected)
     groups: dict[tuple, list[Variant]] = {}
     for v in plan.variants:
         groups.setdefault(_group(v, by), []).append(v)
