@@ -131,6 +131,7 @@ def config_differences(run: dict[str, Any], definition: dict[str, Any], *, flat:
 
 
 _DEFINITIONS: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+_PLANS: dict[tuple[str, str, str], Any] = {}
 
 
 def definition_config(sweep_id: str, profile: str, variant: str, seed: int) -> dict[str, Any]:
@@ -143,7 +144,10 @@ def definition_config(sweep_id: str, profile: str, variant: str, seed: int) -> d
 
     key = (sweep_id, profile, variant, find_sweep(sweep_id).read_text())
     if key not in _DEFINITIONS:
-        plan = make_plan(sweep_id, profile, seeds=None)
+        plan_key = (sweep_id, profile, key[3])
+        if plan_key not in _PLANS:
+            _PLANS[plan_key] = make_plan(sweep_id, profile, seeds=None)
+        plan = _PLANS[plan_key]
         runs = [r for r in plan.runs if r.variant.name == variant]
         if not runs:
             raise RecordError(f"{sweep_id} profile {profile}: no variant {variant!r}; variants: {[v.name for v in plan.variants]}")

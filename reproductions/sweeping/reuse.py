@@ -63,6 +63,10 @@ def config_key(config: dict[str, Any]) -> str:
     return json.dumps({k: v for k, v in config.items() if k not in NAMING_KEYS}, sort_keys=True, default=str)
 
 
+#: resolve_config's parsers, one per subcommand, built at the first resolution in this process
+_PARSERS: dict[str | None, tuple[Any, dict, dict]] = {}
+
+
 def resolve_config(args: Sequence[str]) -> str:
     """The ``config.yaml`` text ``python -m reproductions <args>`` would write, without running it.
 
@@ -76,6 +80,16 @@ def resolve_config(args: Sequence[str]) -> str:
     class ResolveOnly(ReproductionCLI):
         def _set_seed(self) -> None:  # the config's seed is what is compared; nothing is seeded
             pass
+
+        def setup_parser(self, add_subcommands: bool, main_kwargs: dict, subparser_kwargs: dict) -> None:
+            """The parser is built once per subcommand in a process and reused: it depends only on the
+            classes, not on the arguments, and a quarter of a resolution is building it."""
+            key = self.cli_args[0] if self.cli_args else None
+            if key not in _PARSERS:
+                super().setup_parser(add_subcommands, main_kwargs, subparser_kwargs)
+                _PARSERS[key] = (self.parser, getattr(self, "_subcommand_method_arguments", {}),
+                                 getattr(self, "_subcommand_parsers", {}))  # fmt: skip
+            self.parser, self._subcommand_method_arguments, self._subcommand_parsers = _PARSERS[key]
 
         def before_instantiate_classes(self) -> None:
             raise Resolved(self._parser(self.subcommand).dump(self.config[self.subcommand], skip_none=False))
