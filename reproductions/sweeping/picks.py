@@ -60,6 +60,11 @@ class Usage:
     differs: list[str]  # "lr 0.002 (the pick: 0.004)"; empty when it agrees
 
     @property
+    def at_pick(self) -> bool:
+        """Runs at its group's complete pick: nothing to say about it."""
+        return self.pick is not None and self.pick.variant is not None and not self.differs and self.pick.complete
+
+    @property
     def status(self) -> str:
         if self.pick is None or self.pick.variant is None:
             return "not tuned: no run of its group"
@@ -197,7 +202,7 @@ def picks_markdown(plan: Plan, found: list[Pick], used: list[Usage], *, heading:
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     if used:
-        odd = [u for u in used if u.status != "the pick"]
+        odd = [u for u in used if not u.at_pick]
         targets = sorted({u.target for u in used})
         lines.append(f"Used by {', '.join(f'`{t}`' for t in targets)}: "
                      + ("every variant runs at its group's complete pick." if not odd else f"{len(used) - len(odd)} of "
