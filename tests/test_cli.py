@@ -144,6 +144,19 @@ def test_fit_writes_a_complete_run_directory(tmp_path):
     assert read_results(d) == res
 
 
+def test_a_fit_ended_by_early_stopping_says_so_though_the_test_restores_the_best_checkpoint(tmp_path):
+    """EarlyStopping ends the fit (no check can improve by min_delta 1.0): results.json's plateau says it
+    stopped early. The test at the best checkpoint restores the callback's count (0 there), so the
+    count is read when training ends."""
+    stopper = [{"class_path": "lightning.pytorch.callbacks.EarlyStopping",
+                "init_args": {"monitor": "val/acc", "mode": "max", "patience": 2, "min_delta": 1.0}}]  # fmt: skip
+    fit(tmp_path, "--trainer.max_epochs", "8", "--run.test_ckpt", "best", "--trainer.callbacks", json.dumps(stopper))
+    res = load(tmp_path)
+    assert res["training"]["epochs"] == 3 and res["training"]["steps"] == 18  # the first check, then 2 without a gain
+    assert res["test_ckpt"] == "best" and "test/acc" in res["test"]
+    assert res["plateau"]["stopped_early"] is True and res["plateau"]["reached"] is True
+
+
 def test_results_record_the_commit_the_run_started_with(tmp_path, monkeypatch):
     import reproductions.run.finish as finish
     import reproductions.run.results as results

@@ -89,6 +89,7 @@ class WritesResults:
         # the fit's totals now: a test at the best checkpoint restores the callbacks' state from it
         # (the training clock's samples, times and throughput of an earlier epoch)
         fit = fit_record(self.trainer, self.model, self.datamodule, self.clock)
+        stopped_early = self._stopped_early()  # before the test, which restores EarlyStopping's count too
         test_metrics: dict = {}
         if run.test_after_fit:
             self._say_test_padding()
@@ -98,7 +99,7 @@ class WritesResults:
             self.signals.check()  # a signal in the test's last batch: Lightning finishes the stage
         pause_at("report")
         if trainer.is_global_zero:
-            results = self.collect_results(test_metrics, final_metrics, fit)
+            results = self.collect_results(test_metrics, final_metrics, fit, stopped_early=stopped_early)
             write_results(self.run_dir, results)
             log_results(trainer.loggers, results, self.run_dir)  # the same numbers (and files) into W&B
             if run.log_model:
@@ -120,8 +121,10 @@ class WritesResults:
                   f"{world - n % world} of them (counted twice in the test metrics); a 1-process "
                   "`repro test --ckpt_path ...` counts each once", file=sys.stderr, flush=True)
 
-    def collect_results(self, test_metrics: dict, final_metrics: dict, fit: dict) -> dict:
-        """results.json of a finished fit; ``fit``: ``fit_record`` taken when training ended."""
+    def collect_results(self, test_metrics: dict, final_metrics: dict, fit: dict, *,
+                        stopped_early: bool | None) -> dict:
+        """results.json of a finished fit; ``fit``: ``fit_record`` taken when training ended;
+        ``stopped_early``: ``_stopped_early`` then."""
         run = self._run_options()
         return {
             "status": "finished",
@@ -133,13 +136,18 @@ class WritesResults:
             "test_ckpt": run.test_ckpt,
             "final": final_metrics,
             **fit,
-            "plateau": self._plateau(fit),
+            "plateau": self._plateau(fit, stopped_early),
             **self._environment(),
         }
 
-    def _plateau(self, fit: dict) -> dict:
-        """Whether the monitored validation metric stopped improving (reproductions/run/curve.py)."""
+    def _stopped_early(self) -> bool | None:
+        """Whether an EarlyStopping callback ended the fit (None without one). Read when training
+        ends: a test at the best checkpoint restores the callbacks' state from it, and there the
+        count of checks without improvement is 0."""
         stoppers = [c for c in self.trainer.callbacks if isinstance(c, EarlyStopping)]
-        stopped = any(c.wait_count >= c.patience for c in stoppers) if stoppers else None
+        return any(c.wait_count >= c.patience for c in stoppers) if stoppers else None
+
+    def _plateau(self, fit: dict, stopped_early: bool | None) -> dict:
+        """Whether the monitored validation metric stopped improving (reproductions/run/curve.py)."""
         return plateau(read_curve(self.log_dir / "metrics.csv"), (fit.get("best") or {}).get("monitor"),
-                       stopped_early=stopped, val_size=(fit.get("data") or {}).get("val_size"))
+                       stopped_early=stopped_early, val_size=(fit.get("data") or {}).get("val_size"))
