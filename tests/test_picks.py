@@ -58,6 +58,21 @@ def test_each_group_gets_its_best_point_and_its_edges(tmp_path):
     assert a.score == pytest.approx(91.0)
 
 
+def test_edges_are_each_groups_own_grid_where_the_product_is_several_grids(tmp_path):
+    """B's grid is widened to lr 0.008: its pick at 0.004 is inside its own grid, no longer at an edge,
+    while A's 0.004 is still the largest A tried."""
+    tune = write_sweep(tmp_path / "tune.yaml", axis="lr", aliases=ALIASES,
+                       product=[{"model": ["A"], "lr": [0.001, 0.002, 0.004]},
+                                {"model": ["B"], "lr": [0.001, 0.002, 0.004, 0.008]}],
+                       report={"plot": "bars", "picks": {"by": ["model"], "into": []}})  # fmt: skip
+    plan = make_plan(tune, "smoke", root=tmp_path / "runs")
+    _fill(tmp_path / "runs", plan, lambda axes: 0.9 - abs(axes["lr"] - 0.004))
+    found = {dict(p.group)["model"]: p for p in picks(plan, collect(plan))}
+    assert found["A"].values == found["B"].values == {"lr": 0.004}
+    assert found["A"].edges == ["lr 0.004 is the largest tried"] and found["B"].edges == []
+    assert (found["A"].total, found["B"].total) == (3, 4)
+
+
 def test_a_target_at_the_picks_agrees_and_one_off_them_is_named(tmp_path):
     tune, _ = _sweeps(tmp_path, target_b=(0.001, 0.0))
     plan = make_plan(tune, "smoke", root=tmp_path / "runs")

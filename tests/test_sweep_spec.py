@@ -176,6 +176,33 @@ def test_product_axes_aliases_seeds_and_profile_replacements(tmp_path):
     assert make_plan(path, "cpu", seeds=3).seeds == [0, 1, 2]  # --seeds N: seeds 0..N-1
 
 
+def test_a_product_of_several_grids_is_their_points_in_turn(tmp_path):
+    """``product: [grid, grid]``: a wider grid for one part (4 learning rates at the smallest size, 2 at
+    the largest), crossed with the variants like one grid; grids over other axes, or sharing a point,
+    are errors naming the grid."""
+    grids = [{"train_samples": [1000], "lr": [1.0e-3, 2.0e-3, 4.0e-3, 8.0e-3]},
+             {"train_samples": [54000], "lr": [1.0e-3, 2.0e-3]}]  # fmt: skip
+    aliases = {"lr": "model.init_args.lr", "train_samples": "data.init_args.train_samples"}
+    path = write_sweep(tmp_path / "union.yaml", aliases=aliases,
+                       variants=[{"name": "ViT"}, {"name": "ResNet"}], product=grids, profiles={"smoke": {}})  # fmt: skip
+    plan = make_plan(path, "smoke", root=tmp_path / "runs")
+    names = [v.name for v in plan.variants]
+    assert names[:6] == ["ViT,train_samples=1000,lr=0.001", "ViT,train_samples=1000,lr=0.002",
+                         "ViT,train_samples=1000,lr=0.004", "ViT,train_samples=1000,lr=0.008",
+                         "ViT,train_samples=54000,lr=0.001", "ViT,train_samples=54000,lr=0.002"]  # fmt: skip
+    assert len(names) == 12 and names[6].startswith("ResNet,")
+    assert plan.variants[3].overrides == {"data.init_args.train_samples": 1000, "model.init_args.lr": 0.008}
+    assert plan.variants[3].axes == {"train_samples": 1000, "lr": 0.008}
+    other_axes = [grids[0], {"lr": [1.0e-3], "train_samples": [54000]}]
+    with pytest.raises(SweepError, match=r"product\[1\]: axes \['lr', 'train_samples'\]"):
+        load_sweep(write_sweep(tmp_path / "bad.yaml", variants=[{"name": "a"}], product=other_axes, profiles={"smoke": {}}))
+    overlapping = [grids[0], {"train_samples": [1000], "lr": [8.0e-3]}]
+    with pytest.raises(SweepError, match="variant names repeat"):
+        load_sweep(write_sweep(tmp_path / "dup.yaml", variants=[{"name": "a"}], product=overlapping, profiles={"smoke": {}}))
+    with pytest.raises(SweepError, match=r"product: expected a mapping"):
+        load_sweep(write_sweep(tmp_path / "empty.yaml", variants=[{"name": "a"}], product=[], profiles={"smoke": {}}))
+
+
 def test_a_profile_report_replaces_the_sweeps_report_keys_for_that_profile_only(tmp_path):
     """A profile's ``report`` keys (another target and budget) win over the sweep's in that
     profile's plan, the sweep's others stay, and the other profiles keep the sweep's."""

@@ -19,6 +19,9 @@ command line, or any path to a YAML file) holds:
     product:                    # ... or a cartesian product of axes
       pool: [cls, gap]                    # -> variants "pool=cls,lr=0.001", ...
       lr: [3.0e-4, 1.0e-3]
+        # or a list of such grids over the same axes, their points in turn (a wider grid where one
+        # part of the sweep needs it: [{size: [1000], lr: [...4 values]}, {size: [54000], lr: [...2]}]);
+        # a point in two grids is an error (its name repeats)
         # both: every variant crossed with every product point ("ViT,train_samples=1000");
         # a variant's ``axes: {model: ViT, size: S}`` names it on the report's axes
     references:                 # the report's paper columns (optional)
@@ -336,18 +339,27 @@ def _expand(where: str, spec: dict, aliases: dict[str, str]) -> list[Variant]:
             ))  # fmt: skip
     if "product" in spec:
         points: list[Variant] = []
-        axes = spec["product"]
-        if not isinstance(axes, dict) or not axes:
-            raise SweepError(f"{where}.product: expected a mapping of axis -> list of values")
-        choices = []
-        for axis, values in axes.items():
-            if not isinstance(values, list) or not values:
-                raise SweepError(f"{where}.product.{axis}: expected a non-empty list of values")
-            choices.append([(axis, v) for v in values])
-        for combo in itertools.product(*choices):
-            name = ",".join(f"{axis}={_format_value(v)}" for axis, v in combo)
-            set_ = dict(combo)
-            points.append(Variant(_check_name(f"{where}.product", name), resolve(set_), axes=set_))
+        grids = spec["product"] if isinstance(spec["product"], list) else [spec["product"]]
+        if not grids:
+            raise SweepError(f"{where}.product: expected a mapping of axis -> list of values (or a list of them)")
+        axes: dict[str, Any] = {}
+        for g, grid in enumerate(grids):
+            w = f"{where}.product" + (f"[{g}]" if isinstance(spec["product"], list) else "")
+            if not isinstance(grid, dict) or not grid:
+                raise SweepError(f"{w}: expected a mapping of axis -> list of values")
+            if axes and list(grid) != list(axes):
+                raise SweepError(f"{w}: axes {list(grid)}, but the first grid's are {list(axes)}; every grid names the "
+                                 "same axes in the same order")  # fmt: skip
+            axes = grid
+            choices = []
+            for axis, values in grid.items():
+                if not isinstance(values, list) or not values:
+                    raise SweepError(f"{w}.{axis}: expected a non-empty list of values")
+                choices.append([(axis, v) for v in values])
+            for combo in itertools.product(*choices):
+                name = ",".join(f"{axis}={_format_value(v)}" for axis, v in combo)
+                set_ = dict(combo)
+                points.append(Variant(_check_name(w, name), resolve(set_), axes=set_))
         if variants:
             for v in variants:
                 if set(v.axes) & set(axes):
