@@ -71,6 +71,10 @@ def test_edges_are_each_groups_own_grid_where_the_product_is_several_grids(tmp_p
     assert found["A"].values == found["B"].values == {"lr": 0.004}
     assert found["A"].edges == ["lr 0.004 is the largest tried"] and found["B"].edges == []
     assert (found["A"].total, found["B"].total) == (3, 4)
+    # until B's lr 0.008 has run, its 0.004 is the largest value tried: an edge of what ran, not of the plan
+    (tmp_path / "runs" / plan.experiment / "model=B,lr=0.008" / "seed0" / "results.json").unlink()
+    found = {dict(p.group)["model"]: p for p in picks(plan, collect(plan))}
+    assert found["B"].edges == ["lr 0.004 is the largest tried"] and (found["B"].done, found["B"].complete) == (3, False)
 
 
 def test_a_target_at_the_picks_agrees_and_one_off_them_is_named(tmp_path):

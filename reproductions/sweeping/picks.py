@@ -133,7 +133,7 @@ def picks(plan: Plan, collected: list[VariantResults]) -> list[Pick]:
         values = {k: best.axes.get(k) for k in tuned}
         edges = []
         for k in tuned:
-            tried = sorted({v.axes.get(k) for v in variants if isinstance(v.axes.get(k), (int, float))})
+            tried = sorted({v.axes.get(k) for _, v in scored if isinstance(v.axes.get(k), (int, float))})  # run, not planned
             low = values[k] == tried[0] and values[k] > 0  # 0 (no dropout) cannot go lower: not an edge
             if len(tried) > 1 and (low or values[k] == tried[-1]):
                 edges.append(f"{k} {cli_value(values[k])} is the {'smallest' if values[k] == tried[0] else 'largest'} tried")
