@@ -82,9 +82,12 @@ def test_the_data_size_tuning_runs_each_family_on_validation_only(tmp_path):
     plan = make_plan("vit/tune", "smoke-data_size", root=tmp_path / "runs", extra=extra)
     assert len(plan.runs) == 3 * 2 * 2
     full = make_plan("vit/tune", "data_size")
+    families = ("ViT", "Hybrid", "ResNet")
     assert {(v.axes["model"], v.axes["train_samples"], v.axes["lr"], v.axes["wd"]) for v in full.variants} == {
-        (m, n, lr, wd) for m in ("ViT", "Hybrid", "ResNet") for n in (1000, 10000, 54000)
-        for lr in (1e-3, 2e-3, 4e-3) for wd in (0.05, 0.2)}  # fmt: skip
+        (m, 54000, lr, wd) for m in families for lr in (1e-3, 2e-3, 4e-3) for wd in (0.05, 0.2)} | {
+        (m, n, lr, wd) for m in families for n in (1000, 10000)
+        for lr in (1e-3, 2e-3, 4e-3, 8e-3) for wd in (0.05, 0.2, 0.5)}  # fmt: skip  # the 1k/10k grid widened
+    assert len(full.variants) == 90
     for model in ("ViT", "Hybrid", "ResNet"):
         run = next(r for r in plan.runs if r.variant.axes["model"] == model and r.variant.axes["lr"] == 4e-3
                    and r.variant.axes["wd"] == 0.2)  # fmt: skip
