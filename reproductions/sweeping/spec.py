@@ -339,12 +339,13 @@ def _expand(where: str, spec: dict, aliases: dict[str, str]) -> list[Variant]:
             ))  # fmt: skip
     if "product" in spec:
         points: list[Variant] = []
-        grids = spec["product"] if isinstance(spec["product"], list) else [spec["product"]]
+        listed = isinstance(spec["product"], list)
+        grids = spec["product"] if listed else [spec["product"]]
         if not grids:
             raise SweepError(f"{where}.product: expected a mapping of axis -> list of values (or a list of them)")
         axes: dict[str, Any] = {}
         for g, grid in enumerate(grids):
-            w = f"{where}.product" + (f"[{g}]" if isinstance(spec["product"], list) else "")
+            w = f"{where}.product" + (f"[{g}]" if listed else "")
             if not isinstance(grid, dict) or not grid:
                 raise SweepError(f"{w}: expected a mapping of axis -> list of values")
             if axes and list(grid) != list(axes):
