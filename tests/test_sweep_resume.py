@@ -142,3 +142,28 @@ def test_a_sweep_stopped_mid_run_resumes_it_and_records_the_uninterrupted_result
     # the interruption's callback aside, the resumed run's config is the uninterrupted run's
     differing = {k for k in set(ra["config"]) | set(rb["config"]) if ra["config"].get(k) != rb["config"].get(k)}
     assert differing and all(k.startswith("trainer.callbacks") for k in differing), differing
+
+
+def test_a_rerun_sweep_resumes_its_interrupted_runs_before_it_starts_new_ones(tmp_path):
+    """A sweep stopped again (a session's end, a preemption) should have finished what it had begun: the runs
+    with an interrupted attempt to continue go first, the rest keep the sweep's order; a run whose attempt
+    failed is not resumed, so it is not moved."""
+    import io
+
+    from reproductions.commands.sweep import main as sweep_main
+    from tests.sweep_helpers import fake_runner
+
+    root = tmp_path / "runs"
+    runs = make_plan(load_sweep("vit/patch_size"), "smoke", seeds=2, root=root).runs
+    assert len(runs) == 6
+    _attempt(runs[-1], status="interrupted", step=5)
+    _attempt(runs[-3], status=None, step=3)  # killed outright: no results.json
+    _attempt(runs[1], status="failed", step=2)
+    calls, out = [], io.StringIO()
+    rc = sweep_main(["vit/patch_size", "--profile", "smoke", "--seeds", "2", "--root", str(root), "--no-report"],
+                    runner=fake_runner(calls=calls), out=out)  # fmt: skip
+    assert rc == 0, out.getvalue()
+    assert calls == [runs[-3].label, runs[-1].label] + [r.label for r in runs if r not in (runs[-3], runs[-1])]
+    assert "interrupted runs resume first: 2" in out.getvalue()
+    text = out.getvalue()
+    assert text.index(f"resuming {runs[-3].label} from step 3") < text.index(f"resuming {runs[-1].label} from step 5")

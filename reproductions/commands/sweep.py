@@ -38,7 +38,9 @@ from typing import TextIO
 
 from reproductions.run.errors import RunInterrupted, UsageError
 from reproductions.run.rundir import ReportLock
-from reproductions.sweeping.launch import earlier_attempt, execute, format_duration, last_error, slurm_script, subprocess_runner
+from reproductions.sweeping.launch import (
+    earlier_attempt, execute, format_duration, last_error, resumable_first, slurm_script, subprocess_runner,
+)
 from reproductions.sweeping.plan import LAUNCHERS, add_seed_options, add_variant_option, check_counts, chosen_seeds, make_plan
 from reproductions.sweeping.publish import log_references
 from reproductions.sweeping.records import SMOKE_PROFILE, records_of
@@ -176,6 +178,9 @@ def main(argv: Sequence[str] | None = None, *, runner=subprocess_runner, out: Te
             print(f"# {k}/{len(plan.runs)} {run.label} ({state})\n{shlex.join(run.command)}", file=out)
         return 0
 
+    pending, resuming = resumable_first(pending)
+    if resuming:
+        print(f"interrupted runs resume first: {resuming} (each from its own last checkpoint)", file=out)
     started = time.monotonic()
     outcomes = execute(plan, pending, runner=runner, out=out)
     if SWEEP_STOP.signum is not None:  # the runs are stopped, their locks released: no report

@@ -179,6 +179,14 @@ def earlier_attempt(run: Run) -> tuple[Run, str | None]:
     return run.resuming(ckpt, step), None
 
 
+def resumable_first(runs: Sequence[Run]) -> tuple[list[Run], int]:
+    """``runs`` with those that continue an interrupted attempt (``earlier_attempt``) first, each group in
+    its own order, and how many those are: a sweep stopped again (a session's end, a preemption) has
+    then finished the runs it had begun before it spends time on new ones."""
+    resumes = {id(r) for r in runs if r.run_dir.is_dir() and earlier_attempt(r)[0].resumes_at is not None}
+    return [r for r in runs if id(r) in resumes] + [r for r in runs if id(r) not in resumes], len(resumes)
+
+
 def _first_command(log_path: Path) -> list[str] | None:
     """The command of a run's first attempt: the ``$ ...`` line its stdout.log starts with (the
     interpreter's path may differ, e.g. on another machine: compare what follows it)."""
