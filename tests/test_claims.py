@@ -120,6 +120,32 @@ def test_a_scale_names_its_budget_beside_its_axis():
     assert load_sweep("vit/position").profiles["fmnist"].scale.budget == "4 epochs"
 
 
+def test_two_profiles_at_one_scale_are_told_apart_by_name_in_labels_and_figures():
+    """Two protocols at one budget (vit/data_size cpu and cpu-whole-schedule, both 8,000 steps): the README's
+    verdict cells name the profile, and a claim's figure puts them at two labelled positions, not one x."""
+    from types import SimpleNamespace
+
+    from reproductions.sweeping.claims_page import _figure_points, scale_labels
+
+    sweep = load_sweep("vit/data_size")
+    cpu, whole, short = (sweep.profiles[p] for p in ("cpu", "cpu-whole-schedule", "cpu-600steps"))
+    assert scale_labels([short, cpu, whole]) == [
+        "600 training steps (fashion_mnist)",
+        "8,000 training steps (fashion_mnist), `cpu`",
+        "8,000 training steps (fashion_mnist), `cpu-whole-schedule`",
+    ]
+    assert scale_labels([short, cpu]) == ["600 training steps (fashion_mnist)", "8,000 training steps (fashion_mnist)"]
+
+    def row(profile, difference):
+        return SimpleNamespace(profile=profile), SimpleNamespace(difference=difference, se=0.5)
+
+    points, xlabel = _figure_points([row(short, -3.0), row(cpu, 2.0)])
+    assert xlabel == "training steps" and [p[1] for p in points] == [600.0, 8000.0]
+    points, xlabel = _figure_points([row(short, -3.0), row(cpu, 2.0), row(whole, 3.0)])
+    assert xlabel == "profile (scale)" and [p[1] for p in points] == [None] * 3
+    assert [p[0].split("\n")[0] for p in points] == ["cpu-600steps", "cpu", "cpu-whole-schedule"]
+
+
 @pytest.mark.parametrize("scale, message", [
     ({"axis": "pixels", "value": 8}, r"profiles\.cpu\.scale\.axis='pixels' is not one of \['tokens', 'train_images', 'samples', 'dataset', 'epochs', 'train_steps'\]"),
     ({"axis": "epochs", "value": 16, "budget": "16 epochs"}, r"profiles\.cpu\.scale\.budget='16 epochs' must be the training budget in words"),

@@ -97,3 +97,24 @@ def test_the_data_size_tuning_runs_each_family_on_validation_only(tmp_path):
         assert res["best"]["monitor"] == "val/acc" and res["best"]["score"] is not None and not res.get("test")
         config = (run.run_dir / "config.yaml").read_text()
         assert "lr: 0.004" in config and "weight_decay: 0.2" in config and "augment: none" in config
+
+
+def test_the_whole_schedule_check_is_the_cpu_profiles_runs_without_early_stopping():
+    """vit/data_size cpu-whole-schedule differs from cpu in one thing, so that it measures whether stopping early
+    (while the cosine schedule's learning rate is still high) decides the cpu numbers: each of its runs has the
+    config of the cpu run of the same name and seed, lr and weight decay included, but for EarlyStopping."""
+    from reproductions.sweeping.estimate import resolved_config
+
+    cpu, whole = make_plan("vit/data_size", "cpu"), make_plan("vit/data_size", "cpu-whole-schedule")
+    same = {(r.variant.name, r.seed): r for r in cpu.runs}
+    assert len(whole.runs) == len(cpu.runs) == 45
+
+    def stopping(config):
+        return [c for c in config["trainer"]["callbacks"] if c["class_path"].endswith("EarlyStopping")]
+
+    for run in whole.runs:
+        a, b = resolved_config(cpu, same[run.variant.name, run.seed]), resolved_config(whole, run)
+        assert stopping(a) and not stopping(b), run.label
+        a["trainer"]["callbacks"] = [c for c in a["trainer"]["callbacks"] if c not in stopping(a)]
+        assert a == b, run.label
+        assert b["run"]["test_ckpt"] == "best" and b["trainer"]["max_steps"] == 8000

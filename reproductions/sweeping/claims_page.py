@@ -163,6 +163,13 @@ def scale_label(profile: Profile) -> str:
     return profile.scale.label if profile.scale is not None else "– (no scale in the sweep file)"
 
 
+def scale_labels(profiles: list[Profile]) -> list[str]:
+    """Each profile's ``scale_label``, with the profile's name added where two of ``profiles`` share a
+    label (two protocols at one budget), so that no two read the same."""
+    labels = [scale_label(p) for p in profiles]
+    return [f"{label}, `{p.name}`" if labels.count(label) > 1 else label for p, label in zip(profiles, labels)]
+
+
 def _hardware_lines(gathered: list[SweepClaims]) -> list[str]:
     """One line per kind of hardware: its hosts and the sweeps and profiles measured on it."""
     found: dict[str, dict[str, Any]] = {}
@@ -206,6 +213,7 @@ def _figure_points(rows: list[tuple[Measured, Comparison]]) -> tuple[list[tuple[
     scales = [m.profile.scale for m, _ in done]
     axes = {s.axis for s in scales if s is not None}
     numeric = None not in scales and len(axes) == 1 and "dataset" not in axes
+    numeric = numeric and len({s.value for s in scales}) == len(scales)  # two profiles at one value: by name
     if numeric:
         (axis,) = axes
         data = {s.data for s in scales}

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from reproductions.run.results import hardware_label
 from reproductions.sweeping.checks import verdict_counts
-from reproductions.sweeping.claims_page import gather, scale_label
+from reproductions.sweeping.claims_page import gather, scale_labels
 from reproductions.sweeping.records import is_smoke
 from reproductions.sweeping.collect import collect
 from reproductions.sweeping.picks import picks, picks_markdown, usages
@@ -74,10 +74,10 @@ def claims_block(registry: str | os.PathLike) -> str:
         for claim, measured in sc.claims().items():
             cells = []
             comparisons += [c for _, c in measured]
-            for m, c in measured:
+            for (m, c), label in zip(measured, scale_labels([m.profile for m, _ in measured])):
                 number = f", {c.delta_text()}" if c.difference is not None else ""
                 number += " (one seed)" if c.difference is not None and c.se is None else ""
-                cells.append(f"{scale_label(m.profile)}: **{c.verdict}**{number}")
+                cells.append(f"{label}: **{c.verdict}**{number}")
             at_two += len([1 for _, c in measured if c.difference is not None]) >= 2
             rows.append([f"`{sc.sweep.id}`", claim, "<br>".join(cells)])
     if not rows:
