@@ -302,6 +302,44 @@ def test_a_rerun_beside_the_reference_reproduced_differs_and_exact(tmp_path):
 # --------------------------------------------------------------------------- the committed registry
 
 
+def test_a_tuning_grids_variants_share_one_resolution_and_get_what_the_cli_resolves(monkeypatch):
+    """vit/tune data_size: its points that differ only in lr, weight decay and name are resolved once;
+    each derived config is the one the CLI resolves for that point, and a derived value that the CLI
+    would put elsewhere (here: a resolution whose lr is not the argument) is resolved instead."""
+    from reproductions.sweeping import records, reuse
+
+    plan = make_plan("vit/tune", "data_size", seeds=None)
+    vit_1k = [r for r in plan.runs if r.variant.name.startswith("ViT,train_samples=1000,")]
+    assert len(vit_1k) >= 3 and len({tuple(r.args) for r in vit_1k}) == len(vit_1k)
+    truth = {r.variant.name: {**reuse.load_config(reuse.resolve_config(r.args)), "seed_everything": 1} for r in vit_1k[:3]}
+    for cache in (records._DEFINITIONS, records._PLANS, records._SHAPES):
+        monkeypatch.setattr(records, cache_name(records, cache), {})
+    calls = []
+    real = reuse.resolve_config
+    monkeypatch.setattr(reuse, "resolve_config", lambda args: calls.append(args) or real(args))
+    got = {name: definition_config("vit/tune", "data_size", name, 1) for name in truth}
+    assert got == truth and len(calls) == 1
+
+    monkeypatch.setattr(records, "_DEFINITIONS", {})
+    monkeypatch.setattr(records, "_SHAPES", {})
+    calls.clear()
+    load = reuse.load_config
+
+    def doubled_lr(text):  # a resolution whose lr is not the argument's
+        config = load(text)
+        config["model"]["init_args"]["lr"] *= 2
+        return config
+
+    monkeypatch.setattr(reuse, "load_config", doubled_lr)
+    for name in truth:
+        definition_config("vit/tune", "data_size", name, 1)
+    assert len(calls) == 3  # nothing derived from a resolution the arguments do not reproduce
+
+
+def cache_name(module, cache) -> str:
+    return next(k for k, v in vars(module).items() if v is cache)
+
+
 def test_every_committed_record_is_valid_and_matches_its_sweep_file():
     records = read_registry(REGISTRY_DIR)
     assert all(r.path == record_path(REGISTRY_DIR, r.data) for r in records)  # each where its identity says

@@ -38,12 +38,13 @@ spec, plan and results; reuse for the config digest).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -132,12 +133,53 @@ def config_differences(run: dict[str, Any], definition: dict[str, Any], *, flat:
 
 _DEFINITIONS: dict[tuple[str, str, str, str], dict[str, Any]] = {}
 _PLANS: dict[tuple[str, str, str], Any] = {}
+_SHAPES: dict[tuple[str, ...], tuple[dict[str, str], dict[str, Any]]] = {}
+
+# Arguments a tuning grid varies whose resolved value is the argument itself: a variant that differs
+# from an already resolved one in these alone gets that one's config with them set (a float, a string).
+DERIVED_ARGS: dict[str, tuple[tuple[str, ...], type]] = {
+    "--model.init_args.lr": (("model", "init_args", "lr"), float),
+    "--model.init_args.weight_decay": (("model", "init_args", "weight_decay"), float),
+    "--run.variant": (("run", "variant"), str),
+}
+
+
+def _split_derived(args: Sequence[str]) -> tuple[tuple[str, ...], dict[str, str]]:
+    """``args`` without the ``DERIVED_ARGS`` (the run's shape), and their values."""
+    shape: list[str] = []
+    values: dict[str, str] = {}
+    it = iter(args)
+    for a in it:
+        if a in DERIVED_ARGS:
+            values[a] = next(it, "")
+        else:
+            shape.append(a)
+    return tuple(shape), values
+
+
+def _derive(config: dict[str, Any], values: dict[str, str]) -> dict[str, Any] | None:
+    """``config`` with the derived arguments set to ``values``, or None where a value is not what
+    the resolved config holds at its place (not a number, or the place missing or of another type)."""
+    out = copy.deepcopy(config)
+    for flag, text in values.items():
+        path, kind = DERIVED_ARGS[flag]
+        node = out
+        for part in path[:-1]:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or type(node.get(path[-1])) is not kind:
+            return None
+        try:
+            node[path[-1]] = kind(text)
+        except ValueError:
+            return None
+    return out
 
 
 def definition_config(sweep_id: str, profile: str, variant: str, seed: int) -> dict[str, Any]:
     """The resolved config the sweep file defines now for one variant and seed (no run is made).
     The seed enters a resolved config as ``seed_everything`` alone, so one resolution per variant
-    serves every seed (kept for this process, keyed by the sweep file's text)."""
+    serves every seed (kept for this process, keyed by the sweep file's text); the variants of a
+    tuning grid that differ only in ``DERIVED_ARGS`` share one resolution."""
     from reproductions.sweeping.plan import make_plan
     from reproductions.sweeping.reuse import load_config, resolve_config
     from reproductions.sweeping.spec import find_sweep
@@ -151,9 +193,16 @@ def definition_config(sweep_id: str, profile: str, variant: str, seed: int) -> d
         runs = [r for r in plan.runs if r.variant.name == variant]
         if not runs:
             raise RecordError(f"{sweep_id} profile {profile}: no variant {variant!r}; variants: {[v.name for v in plan.variants]}")
-        config = load_config(resolve_config(runs[0].args))
-        if config is None:  # pragma: no cover - the CLI always dumps a mapping
-            raise RecordError(f"{sweep_id} profile {profile} variant {variant}: the sweep's config does not resolve")
+        shape, values = _split_derived(runs[0].args)
+        config = None
+        if shape in _SHAPES:
+            config = _derive(_SHAPES[shape][1], values)
+        if config is None:
+            config = load_config(resolve_config(runs[0].args))
+            if config is None:  # pragma: no cover - the CLI always dumps a mapping
+                raise RecordError(f"{sweep_id} profile {profile} variant {variant}: the sweep's config does not resolve")
+            if _derive(config, values) == config:  # each derived value lands where the CLI put it
+                _SHAPES[shape] = (values, config)
         _DEFINITIONS[key] = config
     return {**_DEFINITIONS[key], "seed_everything": seed}
 
