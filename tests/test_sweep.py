@@ -219,28 +219,28 @@ def test_parallel_jobs_run_everything_and_report_in_order(tmp_path):
 
 
 @pytest.mark.slow
-def test_every_sweep_runs_at_the_smoke_profile_and_reports(tmp_path):
-    """Every sweep file's smoke profile through the real CLI (in this process, ~0.5 s a run) and
+@pytest.mark.parametrize("sweep", SWEEPS)
+def test_every_sweep_runs_at_the_smoke_profile_and_reports(tmp_path, sweep):
+    """Every sweep file's smoke profile through the real CLI (in this process, ~1 s a run) and
     its report: the runs' overrides reach the model, every run finishes, report.md and the
     figure exist and list no missing run."""
     root = tmp_path / "runs"
-    for sweep in SWEEPS:
-        out = io.StringIO()
-        assert sweep_main([sweep, "--profile", "smoke", "--root", str(root)], runner=inprocess_runner, out=out) == 0, out.getvalue()
-        plan = make_plan(sweep, "smoke", root=root)
-        for run in plan.runs:
-            res = read_results(run.run_dir)
-            assert res is not None, (run.label, run.log_path.read_text()[-2000:])
-            assert res["variant"] == run.variant.name and res["seed"] == run.seed
-            cfg = yaml.safe_load((run.run_dir / "config.yaml").read_text())
-            for key, value in run.variant.overrides.items():
-                assert sets(config_value(cfg, key), value), (run.label, key)
-        report = (plan.experiment_dir / "report.md").read_text()
-        assert all(f"| {v.name} |" in report for v in plan.variants)
-        assert "None: every planned run finished." in report
-        png = plan.experiment_dir / f"{plan.sweep.axis}.png"
-        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        assert "report.md" in out.getvalue()
+    out = io.StringIO()
+    assert sweep_main([sweep, "--profile", "smoke", "--root", str(root)], runner=inprocess_runner, out=out) == 0, out.getvalue()
+    plan = make_plan(sweep, "smoke", root=root)
+    for run in plan.runs:
+        res = read_results(run.run_dir)
+        assert res is not None, (run.label, run.log_path.read_text()[-2000:])
+        assert res["variant"] == run.variant.name and res["seed"] == run.seed
+        cfg = yaml.safe_load((run.run_dir / "config.yaml").read_text())
+        for key, value in run.variant.overrides.items():
+            assert sets(config_value(cfg, key), value), (run.label, key)
+    report = (plan.experiment_dir / "report.md").read_text()
+    assert all(f"| {v.name} |" in report for v in plan.variants)
+    assert "None: every planned run finished." in report
+    png = plan.experiment_dir / f"{plan.sweep.axis}.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "report.md" in out.getvalue()
 
 
 @pytest.mark.subprocess
