@@ -24,10 +24,11 @@ ABLATIONS = [s for s in SWEEPS if s not in ("bst/tune", "bst/probe", "vit/tune",
                                                "vit/attention_distance", "vit/attention_data")]  # studies, not ablations
 #: (sweep, profile) of every profile a user runs (not smoke nor smoke-*, which the smoke tests run; not
 #: imagenet, whose ViT-B/16 builds take long: its configs build in tests/test_images_recipes.py)
-#: every profile a user runs, but vit/data_size cpu-whole-schedule, whose configs are cpu's without one callback
-#: (tests/test_vit_fmnist_profiles.py proves it), so building cpu builds them
+#: every profile a user runs, but vit/data_size cpu-whole-schedule and cpu-crop-flip, whose configs are cpu's
+#: without one callback and then with another augmentation (tests/test_vit_fmnist_profiles.py proves both), so
+#: building cpu builds them
 BUILT = [(s, p) for s in SWEEPS for p in load_sweep(s).profiles if p != "imagenet" and not p.startswith("smoke")
-         and (s, p) != ("vit/data_size", "cpu-whole-schedule")]
+         and (s, p) not in (("vit/data_size", "cpu-whole-schedule"), ("vit/data_size", "cpu-crop-flip"))]
 
 
 # --------------------------------------------------------------------------- the sweep files

@@ -118,3 +118,20 @@ def test_the_whole_schedule_check_is_the_cpu_profiles_runs_without_early_stoppin
         a["trainer"]["callbacks"] = [c for c in a["trainer"]["callbacks"] if c not in stopping(a)]
         assert a == b, run.label
         assert b["run"]["test_ckpt"] == "best" and b["trainer"]["max_steps"] == 8000
+
+
+def test_the_augmented_profile_is_the_whole_schedules_runs_with_crop_and_flip():
+    """vit/data_size cpu-crop-flip differs from cpu-whole-schedule in the augmentation alone (a labelled deviation
+    from the paper, for the sizes where no family beats the pixel floor without it): the same 45 runs, each at the
+    same tuned lr and weight decay, through the same 8,000 steps without early stopping."""
+    from reproductions.sweeping.estimate import resolved_config
+
+    whole, flip = make_plan("vit/data_size", "cpu-whole-schedule"), make_plan("vit/data_size", "cpu-crop-flip")
+    same = {(r.variant.name, r.seed): r for r in whole.runs}
+    assert len(flip.runs) == len(whole.runs) == 45 and flip.profile.scale == whole.profile.scale
+    for run in flip.runs:
+        a, b = resolved_config(whole, same[run.variant.name, run.seed]), resolved_config(flip, run)
+        assert a["data"]["init_args"]["augment"] == "none" and b["data"]["init_args"]["augment"] == "crop_flip", run.label
+        a["data"]["init_args"]["augment"] = "crop_flip"
+        assert a == b, run.label
+
