@@ -207,7 +207,10 @@ def picks_markdown(plan: Plan, found: list[Pick], used: list[Usage], *, heading:
         lines.append(f"Used by {', '.join(f'`{t}`' for t in targets)}: "
                      + ("every variant runs at its group's complete pick." if not odd else f"{len(used) - len(odd)} of "
                         f"{len(used)} variants run at their group's complete pick; the others:"))  # fmt: skip
-        lines += [f"- `{u.target}` `{u.variant}`: {u.status}" for u in odd]
+        grouped: dict[tuple[str, str], list[str]] = {}  # one line per variant and status, naming its profiles
+        for u in odd:
+            grouped.setdefault((u.variant, u.status), []).append(u.target)
+        lines += [f"- `{v}` ({', '.join(f'`{t}`' for t in ts)}): {status}" for (v, status), ts in grouped.items()]
         lines.append("")
     return lines
 
