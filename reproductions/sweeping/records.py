@@ -133,7 +133,7 @@ def config_differences(run: dict[str, Any], definition: dict[str, Any], *, flat:
 
 _DEFINITIONS: dict[tuple[str, str, str, str], dict[str, Any]] = {}
 _PLANS: dict[tuple[str, str, str], Any] = {}
-_SHAPES: dict[tuple[str, ...], tuple[dict[str, str], dict[str, Any]]] = {}
+_SHAPES: dict[tuple[str, ...], dict[str, Any]] = {}  # a resolved config per shape (``_split_derived``)
 
 # Arguments a tuning grid varies whose resolved value is the argument itself: a variant that differs
 # from an already resolved one in these alone gets that one's config with them set (a float, a string).
@@ -196,13 +196,13 @@ def definition_config(sweep_id: str, profile: str, variant: str, seed: int) -> d
         shape, values = _split_derived(runs[0].args)
         config = None
         if shape in _SHAPES:
-            config = _derive(_SHAPES[shape][1], values)
+            config = _derive(_SHAPES[shape], values)
         if config is None:
             config = load_config(resolve_config(runs[0].args))
             if config is None:  # pragma: no cover - the CLI always dumps a mapping
                 raise RecordError(f"{sweep_id} profile {profile} variant {variant}: the sweep's config does not resolve")
             if _derive(config, values) == config:  # each derived value lands where the CLI put it
-                _SHAPES[shape] = (values, config)
+                _SHAPES[shape] = config
         _DEFINITIONS[key] = config
     return {**_DEFINITIONS[key], "seed_everything": seed}
 
