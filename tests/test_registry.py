@@ -312,8 +312,8 @@ def test_a_tuning_grids_variants_share_one_resolution_and_get_what_the_cli_resol
     vit_1k = [r for r in plan.runs if r.variant.name.startswith("ViT,train_samples=1000,")]
     assert len(vit_1k) >= 3 and len({tuple(r.args) for r in vit_1k}) == len(vit_1k)
     truth = {r.variant.name: {**reuse.load_config(reuse.resolve_config(r.args)), "seed_everything": 1} for r in vit_1k[:3]}
-    for cache in (records._DEFINITIONS, records._PLANS, records._SHAPES):
-        monkeypatch.setattr(records, cache_name(records, cache), {})
+    for cache in ("_DEFINITIONS", "_PLANS", "_SHAPES"):
+        monkeypatch.setattr(records, cache, {})
     calls = []
     real = reuse.resolve_config
     monkeypatch.setattr(reuse, "resolve_config", lambda args: calls.append(args) or real(args))
@@ -334,10 +334,6 @@ def test_a_tuning_grids_variants_share_one_resolution_and_get_what_the_cli_resol
     for name in truth:
         definition_config("vit/tune", "data_size", name, 1)
     assert len(calls) == 3  # nothing derived from a resolution the arguments do not reproduce
-
-
-def cache_name(module, cache) -> str:
-    return next(k for k, v in vars(module).items() if v is cache)
 
 
 def test_every_committed_record_is_valid_and_matches_its_sweep_file():

@@ -133,7 +133,7 @@ def config_differences(run: dict[str, Any], definition: dict[str, Any], *, flat:
 
 _DEFINITIONS: dict[tuple[str, str, str, str], dict[str, Any]] = {}
 _PLANS: dict[tuple[str, str, str], Any] = {}
-_SHAPES: dict[tuple[str, ...], dict[str, Any]] = {}  # a resolved config per shape (``_split_derived``)
+_SHAPES: dict[tuple[str, ...], dict[str, Any]] = {}  # a resolved config per shape (``split_derived``)
 
 # Arguments a tuning grid varies whose resolved value is the argument itself: a variant that differs
 # from an already resolved one in these alone gets that one's config with them set (a float, a string).
@@ -144,7 +144,7 @@ DERIVED_ARGS: dict[str, tuple[tuple[str, ...], type]] = {
 }
 
 
-def _split_derived(args: Sequence[str]) -> tuple[tuple[str, ...], dict[str, str]]:
+def split_derived(args: Sequence[str]) -> tuple[tuple[str, ...], dict[str, str]]:
     """``args`` without the ``DERIVED_ARGS`` (the run's shape), and their values."""
     shape: list[str] = []
     values: dict[str, str] = {}
@@ -193,7 +193,7 @@ def definition_config(sweep_id: str, profile: str, variant: str, seed: int) -> d
         runs = [r for r in plan.runs if r.variant.name == variant]
         if not runs:
             raise RecordError(f"{sweep_id} profile {profile}: no variant {variant!r}; variants: {[v.name for v in plan.variants]}")
-        shape, values = _split_derived(runs[0].args)
+        shape, values = split_derived(runs[0].args)
         config = None
         if shape in _SHAPES:
             config = _derive(_SHAPES[shape], values)
