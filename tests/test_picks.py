@@ -93,19 +93,25 @@ def test_a_target_at_the_picks_agrees_and_one_off_them_is_named(tmp_path):
 
 
 def test_a_variant_off_its_pick_in_two_profiles_is_one_line_naming_both(tmp_path):
-    """Two profiles that take the picks (the same variants, values shared) list a variant off its pick once."""
+    """Profiles that take the picks (the same variants, values shared) list a variant off its pick once: naming
+    the profiles where it is off, or saying it is off in every one."""
     other = write_sweep(tmp_path / "other.yaml", aliases=ALIASES, variants=[
         {"name": "A", "overrides": {"lr": 0.002, "wd": 0.1}}, {"name": "B", "overrides": {"lr": 0.001, "wd": 0.0}},
     ])  # fmt: skip
-    tune, _ = _sweeps(tmp_path, target_b=(0.001, 0.0), into_extra=[{"sweep": str(other), "profile": "smoke", "name_is": "model"}])
-    plan = make_plan(tune, "smoke", root=tmp_path / "runs")
-    _fill(tmp_path / "runs", plan, _score)
-    used = usages(plan, picks(plan, collect(plan)))
-    first, second = [u.target for u in used if u.variant == "B"]  # in the order of report.picks.into
-    text = picks_markdown(plan, picks(plan, collect(plan)), used)
-    assert [ln for ln in text if ln.startswith("- ")] == [
-        f"- `B` (`{first}`, `{second}`): differs from the pick: lr 0.001 (the pick: 0.004)"]
-    assert "2 of 4 variants run at their group's complete pick" in "\n".join(text)
+    third = write_sweep(tmp_path / "third.yaml", aliases=ALIASES, variants=[  # B at its pick here
+        {"name": "A", "overrides": {"lr": 0.002, "wd": 0.1}}, {"name": "B", "overrides": {"lr": 0.004, "wd": 0.0}},
+    ])  # fmt: skip
+    into = [{"sweep": str(other), "profile": "smoke", "name_is": "model"}]
+    for extra, off in ((into, "both"), (into + [{"sweep": str(third), "profile": "smoke", "name_is": "model"}], None)):
+        tune, _ = _sweeps(tmp_path, target_b=(0.001, 0.0), into_extra=extra)
+        plan = make_plan(tune, "smoke", root=tmp_path / "runs")
+        _fill(tmp_path / "runs", plan, _score)
+        used = usages(plan, picks(plan, collect(plan)))
+        first, second = [u.target for u in used if u.variant == "B" and not u.at_pick]  # in report.picks.into's order
+        text = picks_markdown(plan, picks(plan, collect(plan)), used)
+        assert [ln for ln in text if ln.startswith("- ")] == [
+            f"- `B` ({off or f'`{first}`, `{second}`'}): differs from the pick: lr 0.001 (the pick: 0.004)"]
+        assert f"{len(used) - 2} of {len(used)} variants run at their group's complete pick" in "\n".join(text)
 
 
 def test_a_provisional_pick_is_shown_but_not_held_against_the_sweep_file(tmp_path):

@@ -25,11 +25,12 @@ ABLATIONS = [s for s in SWEEPS if s not in ("bst/tune", "bst/probe", "vit/tune",
                                                "vit/attention_distance", "vit/attention_data")]  # studies, not ablations
 #: (sweep, profile) of every profile a user runs (not smoke nor smoke-*, which the smoke tests run; not
 #: imagenet, whose ViT-B/16 builds take long: its configs build in tests/test_images_recipes.py)
-#: every profile a user runs, but vit/data_size cpu-whole-schedule and cpu-crop-flip, whose configs are cpu's
-#: without one callback and then with another augmentation (tests/test_vit_fmnist_profiles.py proves both), so
-#: building cpu builds them
+#: every profile a user runs, but vit/data_size cpu-whole-schedule, cpu-crop-flip and cpu-16000steps, whose configs
+#: are cpu's without one callback and then with another augmentation or step count (tests/test_vit_fmnist_profiles.py
+#: proves each), so building cpu builds them
+SAME_AS_CPU = ("cpu-whole-schedule", "cpu-crop-flip", "cpu-16000steps")
 BUILT = [(s, p) for s in SWEEPS for p in load_sweep(s).profiles if p != "imagenet" and not p.startswith("smoke")
-         and (s, p) not in (("vit/data_size", "cpu-whole-schedule"), ("vit/data_size", "cpu-crop-flip"))]
+         and not (s == "vit/data_size" and p in SAME_AS_CPU)]
 
 
 # --------------------------------------------------------------------------- the sweep files

@@ -210,7 +210,9 @@ def picks_markdown(plan: Plan, found: list[Pick], used: list[Usage], *, heading:
         grouped: dict[tuple[str, str], list[str]] = {}  # one line per variant and status, naming its profiles
         for u in odd:
             grouped.setdefault((u.variant, u.status), []).append(u.target)
-        lines += [f"- `{v}` ({', '.join(f'`{t}`' for t in ts)}): {status}" for (v, status), ts in grouped.items()]
+        every = "both" if len(targets) == 2 else f"all {len(targets)}"  # a variant off its pick wherever it is used
+        lines += [f"- `{v}` ({every if len(targets) > 1 and sorted(ts) == targets else ', '.join(f'`{t}`' for t in ts)}): "
+                  f"{status}" for (v, status), ts in grouped.items()]  # fmt: skip
         lines.append("")
     return lines
 
