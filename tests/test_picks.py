@@ -12,7 +12,7 @@ from reproductions.sweeping.collect import collect
 from reproductions.sweeping.picks import disagreements, picks, picks_markdown, registry_disagreements, usages
 from reproductions.sweeping.plan import make_plan
 from reproductions.sweeping.records import read_registry
-from reproductions.sweeping.spec import SweepError
+from reproductions.sweeping.spec import SweepError, load_sweep
 from reproductions.sweeping.sweep_report import render
 from tests.report_helpers import put
 from tests.sweep_helpers import write_sweep
@@ -166,3 +166,21 @@ def test_registry_check_definitions_names_a_variant_off_its_pick(tmp_path, monke
     assert registry_main(["--registry", str(tmp_path), "check", "--definitions"], out=out) == 1
     assert "not at its tuned point: bst/tune --profile x picks: a" in out.getvalue()
     assert "1 swept variants not at the pick" in out.getvalue()
+
+
+def test_only_and_except_give_a_targets_variants_to_two_tunings(tmp_path):
+    """One profile whose variants two tunings share (vit/data_size cpu-crop-flip): ``only`` takes the variants
+    matching every listed axis, ``except`` the others; a malformed part is an error naming the target."""
+    tune, target = _sweeps(tmp_path)
+    spec = load_sweep(tune)
+    plan = make_plan(tune, "smoke", root=tmp_path / "runs")
+    _fill(tmp_path / "runs", plan, _score)
+    found = picks(plan, collect(plan))
+    base = {"sweep": str(target), "profile": "smoke", "name_is": "model"}
+    for part, names in ((None, ["A", "B"]), ({"only": {"model": ["B"]}}, ["B"]), ({"except": {"model": ["B"]}}, ["A"]),
+                        ({"only": {"model": ["A", "B"], "size": [1]}}, [])):  # fmt: skip
+        spec.report["picks"]["into"] = [{**base, **(part or {})}]
+        assert [u.variant for u in usages(make_plan(spec, "smoke", root=tmp_path / "runs"), found)] == names, part
+    spec.report["picks"]["into"] = [{**base, "only": {"model": "B"}}]
+    with pytest.raises(SweepError, match=r"report.picks.into .*target.yaml smoke: only=\{'model': 'B'\}: expected axis: \[values"):
+        usages(make_plan(spec, "smoke", root=tmp_path / "runs"), found)

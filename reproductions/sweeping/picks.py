@@ -13,7 +13,9 @@ A tuning sweep (``vit/tune``, ``bst/tune``) names its groups and the profiles th
 ``map`` sends a value of a ``by`` axis the tuning did not run to the tuned value it takes (a size between
 two tuned ones); ``set`` gives a ``by`` axis that the target's variants do not have (every variant of
 bst/position is a BST-b1); ``name_is: model``: the target variant's name is its value of that axis (bst/table's
-variants are named by their model and have no axes).
+variants are named by their model and have no axes). ``only`` / ``except`` (axis -> list of values, every axis
+matching) take a part of the target's variants, where two tunings share a profile (vit/data_size cpu-crop-flip:
+its ViT at 1k-10k from the augmented tuning, the rest from the plain one).
 
 ``picks(plan, collected)``: per group, the variant with the best mean of the sweep's metric (higher is
 better: the tuning metrics are validation accuracy and AUC), how many of the group's grid points have a
@@ -84,7 +86,17 @@ def spec_of(plan: Plan) -> dict[str, Any] | None:
     into = spec.get("into") or []
     if not isinstance(into, list) or any(not isinstance(t, dict) or not t.get("sweep") or not t.get("profile") for t in into):
         raise SweepError(f"{where}.into={into!r}: expected a list of {{sweep: ..., profile: ...}} (map, set optional)")
+    for t in into:
+        for key in ("only", "except"):
+            part = t.get(key)
+            if part is not None and (not isinstance(part, dict) or any(not isinstance(v, list) for v in part.values())):
+                raise SweepError(f"{where}.into {t['sweep']} {t['profile']}: {key}={part!r}: expected axis: [values, ...]")
     return spec
+
+
+def _matches(axes: dict[str, Any], part: dict[str, list]) -> bool:
+    """Every axis of ``part`` has one of its values among a target variant's ``axes`` (``only`` / ``except``)."""
+    return all(axes.get(k) in values for k, values in part.items())
 
 
 def tuned_axes(plan: Plan, by: list[str]) -> list[str]:
@@ -154,8 +166,12 @@ def usages(plan: Plan, found: list[Pick], *, root: str = "runs") -> list[Usage]:
         tplan = make_plan(target["sweep"], target["profile"], root=root)
         label = f"{tplan.sweep.id} {tplan.profile.name}"
         mapping, named = target.get("map") or {}, target.get("name_is")
+        only, skip = target.get("only"), target.get("except")
         for v in tplan.variants:
             fixed = {**({named: v.name} if named else {}), **(target.get("set") or {})}
+            axes = {**v.axes, **fixed}
+            if (only is not None and not _matches(axes, only)) or (skip is not None and _matches(axes, skip)):
+                continue
             group = []
             for k in by:
                 if k not in fixed and k not in v.axes:
