@@ -322,7 +322,10 @@ def build_page(gathered: list[SweepClaims], out: str | os.PathLike, figure_dir: 
         f"{PLATEAU_THRESHOLD:g} in the metric's own units, or, for an accuracy, by more than two binomial standard "
         "errors of it on the validation set where that is larger; and early stopping had not ended it): the "
         "comparison then measures the training budget, not the models, and a longer run could turn it; the "
-        "reason follows the word. **no result**: a side has no finished run. "
+        "reason follows the word. A run whose learning rate anneals to zero (warm-up + cosine over its whole "
+        "budget) is flat in its last part by construction, so passing this rule does not show that a longer "
+        "schedule would gain nothing: a profile at a larger budget, a later row of the same claim, shows that. "
+        "**no result**: a side has no finished run. "
         "Rows go from the smallest scale to the largest. A claim measured at two or more scales has a figure: "
         "a - b against the scale with ± 2 s.e. bars (a bar across zero is within noise); the shaded side of "
         "zero is where the claim holds.",
