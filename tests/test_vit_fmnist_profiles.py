@@ -121,11 +121,11 @@ def test_the_whole_schedule_check_is_the_cpu_profiles_runs_without_early_stoppin
         assert b["run"]["test_ckpt"] == "best" and b["trainer"]["max_steps"] == 8000
 
 
-@pytest.mark.parametrize(("profile", "key", "whole_value", "value"), [
-    ("cpu-crop-flip", ("data", "augment"), "none", "crop_flip"),
+@pytest.mark.parametrize(("profile", "path", "whole_value", "value"), [
+    ("cpu-crop-flip", ("data", "init_args", "augment"), "none", "crop_flip"),
     ("cpu-16000steps", ("trainer", "max_steps"), 8000, 16000),
 ])
-def test_a_whole_schedule_sibling_differs_from_it_in_one_value(profile, key, whole_value, value):
+def test_a_whole_schedule_sibling_differs_from_it_in_one_value(profile, path, whole_value, value):
     """vit/data_size cpu-crop-flip differs from cpu-whole-schedule in the augmentation alone (a labelled deviation
     from the paper, for the sizes where no family beats the pixel floor without it), cpu-16000steps in the step
     count alone (the budget scale's second point): the same 45 runs, each at the same tuned lr and weight decay,
@@ -135,12 +135,15 @@ def test_a_whole_schedule_sibling_differs_from_it_in_one_value(profile, key, who
     whole, other = make_plan("vit/data_size", "cpu-whole-schedule"), make_plan("vit/data_size", profile)
     same = {(r.variant.name, r.seed): r for r in whole.runs}
     assert len(other.runs) == len(whole.runs) == 45
-    scale = dataclasses.replace(whole.profile.scale, value=value) if key[0] == "trainer" else whole.profile.scale
-    assert other.profile.scale == scale
+    budget = path[-1] == "max_steps"  # the scale's axis is train_steps
+    assert other.profile.scale == (dataclasses.replace(whole.profile.scale, value=value) if budget else whole.profile.scale)
+    *parents, leaf = path
     for run in other.runs:
         a, b = resolved_config(whole, same[run.variant.name, run.seed]), resolved_config(other, run)
-        section = lambda config: config[key[0]]["init_args"] if key[0] == "data" else config[key[0]]  # noqa: E731
-        assert section(a)[key[1]] == whole_value and section(b)[key[1]] == value, run.label
-        section(a)[key[1]] = value
+        in_a, in_b = a, b
+        for k in parents:
+            in_a, in_b = in_a[k], in_b[k]
+        assert in_a[leaf] == whole_value and in_b[leaf] == value, run.label
+        in_a[leaf] = value
         assert a == b, run.label
 
