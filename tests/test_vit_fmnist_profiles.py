@@ -126,16 +126,16 @@ def test_the_whole_schedule_check_is_the_cpu_profiles_runs_without_early_stoppin
 RETUNED = {"ViT,train_samples=1000": (8.0e-3, 0.05), "ViT,train_samples=3000": (8.0e-3, 0.05)}
 
 
-@pytest.mark.parametrize(("profile", "path", "whole_value", "value"), [
-    ("cpu-crop-flip", ("data", "init_args", "augment"), "none", "crop_flip"),
-    ("cpu-16000steps", ("trainer", "max_steps"), 8000, 16000),
+@pytest.mark.parametrize(("profile", "path", "whole_value", "value", "retuned"), [
+    ("cpu-crop-flip", ("data", "init_args", "augment"), "none", "crop_flip", RETUNED),
+    ("cpu-16000steps", ("trainer", "max_steps"), 8000, 16000, {}),
 ])
-def test_a_whole_schedule_sibling_differs_from_it_in_one_value(profile, path, whole_value, value):
-    """vit/data_size cpu-crop-flip differs from cpu-whole-schedule in the augmentation (a labelled deviation from the
-    paper, for the sizes where no family beats the pixel floor without it) and in the lr and weight decay of the
-    variants the augmented tuning picked for (``RETUNED``), cpu-16000steps in the step
-    count alone (the budget scale's second point): the same 45 runs, each at the same tuned lr and weight decay,
-    without early stopping. The budget profile sits at its own point of the scale, the augmented one at the same."""
+def test_a_whole_schedule_sibling_differs_from_it_where_its_file_says(profile, path, whole_value, value, retuned):
+    """A sibling of vit/data_size cpu-whole-schedule has its 45 runs without early stopping and differs from it in
+    one value, and in the lr and weight decay of the variants a tuning of its own picked for (``retuned``):
+    cpu-crop-flip in the augmentation (a labelled deviation from the paper, for the sizes where no family beats
+    the pixel floor without it), cpu-16000steps in the step count (the budget scale's second point). The budget
+    profile sits at its own point of the scale, the augmented one at the same."""
     from reproductions.sweeping.estimate import resolved_config
 
     whole, other = make_plan("vit/data_size", "cpu-whole-schedule"), make_plan("vit/data_size", profile)
@@ -151,7 +151,8 @@ def test_a_whole_schedule_sibling_differs_from_it_in_one_value(profile, path, wh
             in_a, in_b = in_a[k], in_b[k]
         assert in_a[leaf] == whole_value and in_b[leaf] == value, run.label
         in_a[leaf] = value
-        if profile == "cpu-crop-flip" and run.variant.name in RETUNED:  # the augmented tuning's pick
-            a["model"]["init_args"].update(lr=RETUNED[run.variant.name][0], weight_decay=RETUNED[run.variant.name][1])
+        if run.variant.name in retuned:
+            lr, wd = retuned[run.variant.name]
+            a["model"]["init_args"].update(lr=lr, weight_decay=wd)
         assert a == b, run.label
 
