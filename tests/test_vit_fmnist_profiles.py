@@ -123,7 +123,8 @@ def test_the_whole_schedule_check_is_the_cpu_profiles_runs_without_early_stoppin
 
 #: cpu-crop-flip's variants at the augmented tuning's picks (vit/tune data_size-crop-flip; tests/test_picks.py holds
 #: the sweep file to the recorded picks), with their lr and weight decay
-RETUNED = {"ViT,train_samples=1000": (8.0e-3, 0.05), "ViT,train_samples=3000": (8.0e-3, 0.05)}
+RETUNED = {"ViT,train_samples=1000": (8.0e-3, 0.05), "ViT,train_samples=3000": (8.0e-3, 0.05),
+           "ViT,train_samples=10000": (8.0e-3, 0.2)}
 
 
 @pytest.mark.parametrize(("profile", "path", "whole_value", "value", "retuned"), [
