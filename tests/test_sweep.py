@@ -4,7 +4,9 @@ jobs, and real sweeps at the smoke profile (in-process and as subprocesses)."""
 from __future__ import annotations
 
 import io
+import json
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -14,6 +16,7 @@ import yaml
 
 from reproductions.__main__ import main as repro_main
 from reproductions.run.errors import UsageError
+from reproductions.run.rundir import RunDirBusy
 from reproductions.commands.report import main as report_main
 from reproductions.run.results import RESULTS_FILE, atomic_write_json, read_results
 from reproductions.commands.sweep import main as sweep_main
@@ -302,3 +305,43 @@ def test_finished_runs_made_with_another_command_are_kept_with_a_warning(tmp_pat
                       runner=fake_runner(calls=calls), out=out) == 0  # fmt: skip
     assert calls == [] and [r.label for r in plan.changed()] == ["b seed0"]
     assert "warning: 1 finished runs were made with another command" in out.getvalue()
+
+
+def test_rerun_changed_moves_the_finished_runs_of_another_command_aside_and_runs_them_again(tmp_path):
+    """A tuned value taken into a sweep file changes its runs' command: --rerun-changed moves the runs made
+    before to <root>/superseded/<time>/<experiment>/ (whole, nothing lost) and runs them; the others stay."""
+    path = write_sweep(tmp_path / "p.yaml", variants=[{"name": "a"}, {"name": "b"}], profiles={"smoke": {}})
+    plan = make_plan(path, "smoke", root=tmp_path / "runs")
+    same, other = fake_result(plan.runs[0]), fake_result(plan.runs[1], acc=0.5)
+    same["command"] = "python -m reproductions " + " ".join(plan.runs[0].args)
+    other["command"] = "python -m reproductions fit --config old.yaml --model.init_args.lr 0.1"
+    atomic_write_json(plan.runs[0].run_dir / RESULTS_FILE, same)
+    atomic_write_json(plan.runs[1].run_dir / RESULTS_FILE, other)
+    (plan.runs[1].run_dir / "checkpoints").mkdir()
+    (plan.runs[1].run_dir / "checkpoints" / "best.ckpt").write_text("old weights")
+    argv = [str(path), "--profile", "smoke", "--root", str(tmp_path / "runs"), "--no-report", "--rerun-changed"]
+
+    # a live process holding the old run's lock: nothing moves, nothing runs
+    lock = plan.runs[1].run_dir / "run.lock"
+    lock.write_text(json.dumps({"pid": os.getpid(), "host": platform.node(), "started": "now"}))
+    calls = []
+    with pytest.raises(RunDirBusy, match="nothing was moved"):
+        sweep_main(argv, runner=fake_runner(calls=calls), out=io.StringIO())
+    assert calls == [] and read_results(plan.runs[1].run_dir)["command"] == other["command"]
+    lock.unlink()
+
+    out = io.StringIO()
+    assert sweep_main([*argv, "--dry-run"], runner=fake_runner(calls=calls), out=out) == 0
+    assert "would move 1 finished runs made with another command" in out.getvalue() and "b seed0" in out.getvalue()
+    assert calls == [] and read_results(plan.runs[1].run_dir)["command"] == other["command"]
+
+    out = io.StringIO()
+    assert sweep_main(argv, runner=fake_runner(calls=calls), out=out) == 0
+    assert calls == ["b seed0"], out.getvalue()
+    assert "1 already finished (skipped), 1 to run" in out.getvalue() and "warning" not in out.getvalue()
+    moved = list((tmp_path / "runs" / "superseded").glob(f"*/{plan.experiment}/b/seed0"))
+    assert len(moved) == 1 and read_results(moved[0])["command"] == other["command"]
+    assert (moved[0] / "checkpoints" / "best.ckpt").read_text() == "old weights"
+    assert read_results(plan.runs[1].run_dir)["test"]["test/acc"] == 0.9  # the run made again
+    assert read_results(plan.runs[0].run_dir)["command"] == same["command"]  # the same command: kept
+    assert make_plan(path, "smoke", root=tmp_path / "runs").changed() == []

@@ -2,7 +2,7 @@
 
     repro sweep vit/position --profile cpu [--seeds N | --seed K ...] [--variant NAME ...] [--dry-run]
         [--launcher local|torchrun|slurm] [--devices N] [--jobs J] [--root runs] [--wandb [--log-model]] [--reuse]
-        [-- extra CLI overrides for every run]
+        [--rerun-changed] [-- extra CLI overrides for every run]
 
 The sweep file (``reproductions/<paper>/sweeps/<name>.yaml``, or any path to a YAML file) is
 described in ``reproductions/sweeping/spec.py``, where its runs go and what each run's command
@@ -16,7 +16,9 @@ their step (``reproductions/sweeping/stopping.py``): one ``stopped ...`` line pe
 status 128 + the signal's number. After the runs the report is written
 (``reproductions/sweeping/sweep_report.py``) unless ``--no-report``. With ``--reuse`` a run whose
 resolved config and seed equal those of a run finished in another experiment under ``--root`` is
-copied from it instead of trained (``reproductions/sweeping/reuse.py``).
+copied from it instead of trained (``reproductions/sweeping/reuse.py``). A finished run made with another
+command than the sweep would use now (its file, profile or overrides changed since: a tuned value taken in) is
+kept and skipped with a warning; ``--rerun-changed`` moves it to ``<root>/superseded/<UTC time>/`` and runs it again.
 
 The package ``reproductions/sweeping/`` holds the layers, each importing only those before it:
 ``spec`` (sweep files) < ``plan`` (runs and commands) < ``launch`` (running, SLURM) and
@@ -39,7 +41,7 @@ from typing import TextIO
 from reproductions.run.errors import RunInterrupted, UsageError
 from reproductions.run.rundir import ReportLock
 from reproductions.sweeping.launch import (
-    earlier_attempt, execute, format_duration, last_error, resumable_first, slurm_script, subprocess_runner,
+    earlier_attempt, execute, format_duration, last_error, resumable_first, slurm_script, subprocess_runner, supersede,
 )
 from reproductions.sweeping.plan import LAUNCHERS, add_seed_options, add_variant_option, check_counts, chosen_seeds, make_plan
 from reproductions.sweeping.publish import log_references
@@ -90,6 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reuse", action="store_true",
                    help="copy a run from another experiment under --root whose resolved config and seed are the same, "
                    "instead of training it again (the copy records reused_from; the code is not compared)")
+    p.add_argument("--rerun-changed", action="store_true",
+                   help="run again the finished runs made with another command than this sweep would use now (the "
+                   "sweep file, profile or overrides changed since), after moving each to "
+                   "<root>/superseded/<UTC time>/<experiment>/; without it they are kept and skipped, with a warning")
     p.add_argument("--no-report", action="store_true", help="do not write the report after the runs")
     return p
 
@@ -123,7 +129,18 @@ def main(argv: Sequence[str] | None = None, *, runner=subprocess_runner, out: Te
     except SweepError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    finished = plan.finished()
+    changed = plan.changed()
+    if changed and args.rerun_changed:
+        if args.dry_run:
+            print(f"--rerun-changed: would move {len(changed)} finished runs made with another command to "
+                  f"{plan.root}/superseded/<UTC time>/ and run them again: "
+                  + ", ".join(r.label for r in changed), file=out)
+        else:
+            moved_to = supersede(changed, plan.root)
+            print(f"--rerun-changed: moved {len(changed)} finished runs made with another command to {moved_to}/ "
+                  f"(to run again): " + ", ".join(r.label for r in changed), file=out)
+    again = {id(r) for r in changed} if args.rerun_changed else set()  # moved (or, dry, would be): to run
+    finished = [r for r in plan.finished() if id(r) not in again]
     done = {id(r) for r in finished}
     pending = [r for r in plan.runs if id(r) not in done]
     print(
@@ -134,12 +151,11 @@ def main(argv: Sequence[str] | None = None, *, runner=subprocess_runner, out: Te
         file=out,
     )
     print(f"experiment {plan.experiment}: {plan.experiment_dir}/<variant>/seed<k>/", file=out)
-    changed = plan.changed()
-    if changed:
+    if changed and not args.rerun_changed:
         print(
             f"warning: {len(changed)} finished runs were made with another command than this sweep would use "
             f"now (e.g. {changed[0].label}; see 'command' in its results.json): they are kept and skipped; "
-            "delete their run directories to rerun them",
+            "--rerun-changed moves them aside and runs them again",
             file=out,
         )
 
