@@ -21,6 +21,7 @@ from reproductions.commands.report import main as report_main
 from reproductions.run.results import RESULTS_FILE, atomic_write_json, read_results
 from reproductions.commands.sweep import main as sweep_main
 from reproductions.sweeping.plan import make_plan
+from reproductions.sweeping.reuse import resolve_config
 from reproductions.sweeping.spec import SweepError
 from tests.helpers import inprocess_runner
 from tests.sweep_helpers import REPO, SWEEPS, config_value, fake_result, fake_runner, sets, write_sweep
@@ -304,7 +305,7 @@ def test_finished_runs_made_with_another_command_are_kept_with_a_warning(tmp_pat
     assert sweep_main([str(path), "--profile", "smoke", "--root", str(tmp_path), "--no-report"],
                       runner=fake_runner(calls=calls), out=out) == 0  # fmt: skip
     assert calls == [] and [r.label for r in plan.changed()] == ["b seed0"]
-    assert "warning: 1 finished runs were made with another command" in out.getvalue()
+    assert "warning: 1 finished runs were made with another config" in out.getvalue()
 
 
 def test_rerun_changed_moves_the_finished_runs_of_another_command_aside_and_runs_them_again(tmp_path):
@@ -313,7 +314,10 @@ def test_rerun_changed_moves_the_finished_runs_of_another_command_aside_and_runs
     path = write_sweep(tmp_path / "p.yaml", variants=[{"name": "a"}, {"name": "b"}], profiles={"smoke": {}})
     plan = make_plan(path, "smoke", root=tmp_path / "runs")
     same, other = fake_result(plan.runs[0]), fake_result(plan.runs[1], acc=0.5)
-    same["command"] = "python -m reproductions " + " ".join(plan.runs[0].args)
+    # another command that computes the same: without its last option, the run's W&B tags (they name it)
+    same["command"] = "python -m reproductions " + " ".join(plan.runs[0].args[:-2])
+    (plan.runs[0].run_dir).mkdir(parents=True)
+    (plan.runs[0].run_dir / "config.yaml").write_text(resolve_config(plan.runs[0].args))
     other["command"] = "python -m reproductions fit --config old.yaml --model.init_args.lr 0.1"
     atomic_write_json(plan.runs[0].run_dir / RESULTS_FILE, same)
     atomic_write_json(plan.runs[1].run_dir / RESULTS_FILE, other)
@@ -332,7 +336,7 @@ def test_rerun_changed_moves_the_finished_runs_of_another_command_aside_and_runs
 
     out = io.StringIO()
     assert sweep_main([*argv, "--dry-run"], runner=fake_runner(calls=calls), out=out) == 0
-    assert "would move 1 finished runs made with another command" in out.getvalue() and "b seed0" in out.getvalue()
+    assert "would move 1 finished runs made with another config" in out.getvalue() and "b seed0" in out.getvalue()
     assert calls == [] and read_results(plan.runs[1].run_dir)["command"] == other["command"]
 
     out = io.StringIO()
@@ -343,5 +347,5 @@ def test_rerun_changed_moves_the_finished_runs_of_another_command_aside_and_runs
     assert len(moved) == 1 and read_results(moved[0])["command"] == other["command"]
     assert (moved[0] / "checkpoints" / "best.ckpt").read_text() == "old weights"
     assert read_results(plan.runs[1].run_dir)["test"]["test/acc"] == 0.9  # the run made again
-    assert read_results(plan.runs[0].run_dir)["command"] == same["command"]  # the same command: kept
-    assert make_plan(path, "smoke", root=tmp_path / "runs").changed() == []
+    assert read_results(plan.runs[0].run_dir)["command"] == same["command"]  # the same config: kept
+    assert [r.label for r in make_plan(path, "smoke", root=tmp_path / "runs").changed()] == ["a seed0"]

@@ -18,7 +18,8 @@ status 128 + the signal's number. After the runs the report is written
 resolved config and seed equal those of a run finished in another experiment under ``--root`` is
 copied from it instead of trained (``reproductions/sweeping/reuse.py``). A finished run made with another
 command than the sweep would use now (its file, profile or overrides changed since: a tuned value taken in) is
-kept and skipped with a warning; ``--rerun-changed`` moves it to ``<root>/superseded/<UTC time>/`` and runs it again.
+kept and skipped with a warning (one whose resolved config is still the same is simply kept);
+``--rerun-changed`` moves it to ``<root>/superseded/<UTC time>/`` and runs it again.
 
 The package ``reproductions/sweeping/`` holds the layers, each importing only those before it:
 ``spec`` (sweep files) < ``plan`` (runs and commands) < ``launch`` (running, SLURM) and
@@ -47,7 +48,7 @@ from reproductions.sweeping.plan import LAUNCHERS, add_seed_options, add_variant
 from reproductions.sweeping.publish import log_references
 from reproductions.sweeping.records import SMOKE_PROFILE, records_of
 from reproductions.sweeping.sweep_report import write_report
-from reproductions.sweeping.reuse import reuse_finished
+from reproductions.sweeping.reuse import computes_the_same, reuse_finished
 from reproductions.sweeping.spec import DEFAULT_PROFILE, SweepError, profiles_help
 from reproductions.sweeping.stopping import SWEEP_STOP
 from utils.atomic import atomic_write_text
@@ -129,15 +130,15 @@ def main(argv: Sequence[str] | None = None, *, runner=subprocess_runner, out: Te
     except SweepError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    changed = plan.changed()
+    changed = [r for r in plan.changed() if not computes_the_same(r)]  # another command, another config
     if changed and args.rerun_changed:
         if args.dry_run:
-            print(f"--rerun-changed: would move {len(changed)} finished runs made with another command to "
+            print(f"--rerun-changed: would move {len(changed)} finished runs made with another config to "
                   f"{plan.root}/superseded/<UTC time>/ and run them again: "
                   + ", ".join(r.label for r in changed), file=out)
         else:
             moved_to = supersede(changed, plan.root)
-            print(f"--rerun-changed: moved {len(changed)} finished runs made with another command to {moved_to}/ "
+            print(f"--rerun-changed: moved {len(changed)} finished runs made with another config to {moved_to}/ "
                   f"(to run again): " + ", ".join(r.label for r in changed), file=out)
     again = {id(r) for r in changed} if args.rerun_changed else set()  # moved (or, dry, would be): to run
     finished = [r for r in plan.finished() if id(r) not in again]
@@ -153,7 +154,7 @@ def main(argv: Sequence[str] | None = None, *, runner=subprocess_runner, out: Te
     print(f"experiment {plan.experiment}: {plan.experiment_dir}/<variant>/seed<k>/", file=out)
     if changed and not args.rerun_changed:
         print(
-            f"warning: {len(changed)} finished runs were made with another command than this sweep would use "
+            f"warning: {len(changed)} finished runs were made with another config than this sweep would use "
             f"now (e.g. {changed[0].label}; see 'command' in its results.json): they are kept and skipped; "
             "--rerun-changed moves them aside and runs them again",
             file=out,

@@ -131,6 +131,18 @@ def run_config(run_dir: Path) -> dict[str, Any] | None:
     return config
 
 
+def computes_the_same(run: Run) -> bool:
+    """Whether the finished run in ``run.run_dir`` computed what ``run``'s command computes now: its
+    ``config.yaml`` equals, as data, the config the command resolves to (``config_key``; a command
+    changed only in its words, e.g. a value now given explicitly that equals the default, computes the
+    same). False when the run directory has no readable ``config.yaml``."""
+    have = run_config(run.run_dir)
+    if have is None:
+        return False
+    want = load_config(resolve_config(run.args))
+    return want is not None and config_key(have) == config_key(want)
+
+
 def _inside(path: str, folder: str) -> bool:
     """Whether ``path`` names a file under ``folder``, as written (both as the run saw them, maybe elsewhere now)."""
     import os
