@@ -122,7 +122,9 @@ def test_a_provisional_pick_is_shown_but_not_held_against_the_sweep_file(tmp_pat
     found = {dict(p.group)["model"]: p for p in picks(plan, collect(plan))}
     assert (found["B"].done, found["B"].complete, found["B"].values["lr"]) == (5, False, 0.004)  # lr 0.004 at wd 0.1
     used = usages(plan, list(found.values()))
-    assert [u for u in used if u.variant == "B"][0].differs and disagreements(used) == []
+    b = next(u for u in used if u.variant == "B")
+    assert b.differs and disagreements(used) == []
+    assert b.status == f"differs from the provisional pick (5 of {found['B'].total} runs): lr 0.001 (the pick: 0.004); wd 0.0 (the pick: 0.1)"
 
 
 def test_map_and_set_send_untuned_values_to_a_tuned_group(tmp_path):

@@ -71,7 +71,8 @@ class Usage:
         if self.pick is None or self.pick.variant is None:
             return "not tuned: no run of its group"
         if self.differs:
-            return "differs from the pick: " + "; ".join(self.differs)
+            which = "the pick" if self.pick.complete else f"the provisional pick ({self.pick.done} of {self.pick.total} runs)"
+            return f"differs from {which}: " + "; ".join(self.differs)
         return "the pick" if self.pick.complete else f"the provisional pick ({self.pick.done} of {self.pick.total} runs)"
 
 
