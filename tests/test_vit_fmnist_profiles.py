@@ -157,3 +157,33 @@ def test_a_whole_schedule_sibling_differs_from_it_where_its_file_says(profile, p
             a["model"]["init_args"].update(lr=lr, weight_decay=wd)
         assert a == b, run.label
 
+
+
+#: vit/hybrid's picks (vit/tune hybrid; tests/test_picks.py holds the sweep file to the recorded picks): lr, weight decay
+HYBRID_PICKS = {"ViT-S": (1.6e-2, 0.2), "ViT-M": (4.0e-3, 0.05), "Hybrid-S": (1.6e-2, 0.2), "Hybrid-M": (8.0e-3, 0.5),
+                "ResNet-S": (1.6e-2, 0.2), "ResNet-M": (1.6e-2, 0.2)}
+
+
+@pytest.mark.parametrize(("profile", "epochs", "tuned"), [
+    ("cpu-shared-recipe", 3, False), ("cpu-6epochs", 6, True), ("cpu-12epochs", 12, True),
+])
+def test_the_hybrid_budgets_differ_from_cpu_in_the_epochs_alone_and_the_shared_recipe_in_lr_and_wd(profile, epochs, tuned):
+    """vit/hybrid's budget scale: cpu (3 epochs), cpu-6epochs and cpu-12epochs run every model at its own tuned lr and
+    weight decay and differ in the epochs (the scale's value) alone; cpu-shared-recipe, the runs made before that
+    tuning, is cpu at the configs' shared lr 2e-3 and weight decay 0.05, at the same point of the scale."""
+    from reproductions.sweeping.estimate import resolved_config
+
+    cpu, other = make_plan("vit/hybrid", "cpu"), make_plan("vit/hybrid", profile)
+    same = {(r.variant.name, r.seed): r for r in cpu.runs}
+    assert len(other.runs) == len(cpu.runs) == 18
+    assert other.profile.scale == dataclasses.replace(cpu.profile.scale, value=epochs)
+    for run in other.runs:
+        a, b = resolved_config(cpu, same[run.variant.name, run.seed]), resolved_config(other, run)
+        lr, wd = HYBRID_PICKS[run.variant.name]
+        assert (a["model"]["init_args"]["lr"], a["model"]["init_args"]["weight_decay"]) == (lr, wd), run.label
+        assert a["trainer"]["max_epochs"] == 3 and b["trainer"]["max_epochs"] == epochs, run.label
+        a["trainer"]["max_epochs"] = epochs
+        if not tuned:
+            assert (b["model"]["init_args"]["lr"], b["model"]["init_args"]["weight_decay"]) == (2.0e-3, 0.05), run.label
+            a["model"]["init_args"].update(lr=2.0e-3, weight_decay=0.05)
+        assert a == b, run.label
