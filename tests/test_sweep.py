@@ -346,6 +346,7 @@ def test_rerun_changed_moves_the_finished_runs_of_another_command_aside_and_runs
     moved = list((tmp_path / "runs" / "superseded").glob(f"*/{plan.experiment}/b/seed0"))
     assert len(moved) == 1 and read_results(moved[0])["command"] == other["command"]
     assert (moved[0] / "checkpoints" / "best.ckpt").read_text() == "old weights"
+    assert not (moved[0] / "run.lock").exists()  # the lock held while it moved is not left behind
     assert read_results(plan.runs[1].run_dir)["test"]["test/acc"] == 0.9  # the run made again
     assert read_results(plan.runs[0].run_dir)["command"] == same["command"]  # the same config: kept
     assert [r.label for r in make_plan(path, "smoke", root=tmp_path / "runs").changed()] == ["a seed0"]

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TextIO
 
 from reproductions.run.results import metric_value, read_results, results_state
-from reproductions.run.rundir import RunDirBusy, RunDirLock, describe_holder, is_stale, read_holder
+from reproductions.run.rundir import LOCK_FILE, RunDirBusy, RunDirLock, describe_holder, read_holder
 from reproductions.sweeping.plan import Plan, Run, run_path
 from reproductions.sweeping.spec import REPO_ROOT, Sweep, SweepError
 from reproductions.sweeping.stopping import SWEEP_STOP, stopped_line
@@ -188,18 +188,27 @@ def supersede(runs: Sequence[Run], root: str | os.PathLike, *, stamp: str | None
     ``<root>/superseded/<UTC time>/<experiment>/<variant>/seed<k>/``, so the sweep runs them again and
     neither its report nor ``repro registry add`` of the experiment reads the old ones (their records in
     ``results/`` stay until removed: ``repro registry check --definitions`` names them). Returns that
-    folder. A run whose lock a live process holds stops it before anything moves (``RunDirBusy``)."""
+    folder. Each run directory's lock (``RunDirLock``) is taken before anything moves and held while it
+    moves, so a run another live process holds stops it with nothing moved (``RunDirBusy``)."""
     root = Path(root).resolve()
-    for run in runs:
-        holder = read_holder(run.run_dir, wait=True)
-        if holder is not None and not (holder and is_stale(holder)):
-            who = describe_holder(holder) if holder else "a process (its lock cannot be read)"
-            raise RunDirBusy(f"{run.run_dir} is held by {who}; nothing was moved: rerun when it has ended")
-    dest = root / SUPERSEDED_DIR / (stamp or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
-    for run in runs:
-        target = dest / run.run_dir.resolve().relative_to(root)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(run.run_dir, target)
+    locks: list[RunDirLock] = []
+    try:
+        for run in runs:
+            lock = RunDirLock(run.run_dir, "repro sweep --rerun-changed (moving it aside)")
+            try:
+                lock.acquire()
+            except RunDirBusy as e:
+                raise RunDirBusy(f"--rerun-changed: nothing was moved: {e}") from e
+            locks.append(lock)
+        dest = root / SUPERSEDED_DIR / (stamp or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+        for run in runs:
+            target = dest / run.run_dir.resolve().relative_to(root)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(run.run_dir, target)
+            (target / LOCK_FILE).unlink(missing_ok=True)  # this lock, moved with its directory
+    finally:
+        for lock in locks:
+            lock.release()  # the directories not moved (a moved one's lock is gone with it)
     return dest
 
 

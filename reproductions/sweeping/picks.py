@@ -70,10 +70,8 @@ class Usage:
     def status(self) -> str:
         if self.pick is None or self.pick.variant is None:
             return "not tuned: no run of its group"
-        if self.differs:
-            which = "the pick" if self.pick.complete else f"the provisional pick ({self.pick.done} of {self.pick.total} runs)"
-            return f"differs from {which}: " + "; ".join(self.differs)
-        return "the pick" if self.pick.complete else f"the provisional pick ({self.pick.done} of {self.pick.total} runs)"
+        which = "the pick" if self.pick.complete else f"the provisional pick ({self.pick.done} of {self.pick.total} runs)"
+        return f"differs from {which}: " + "; ".join(self.differs) if self.differs else which
 
 
 def spec_of(plan: Plan) -> dict[str, Any] | None:
