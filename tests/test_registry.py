@@ -383,3 +383,43 @@ def test_the_records_as_wandb_reference_runs_offline(tmp_path, monkeypatch):
     assert steps == [9, 19]  # the record's two validations at their steps
     summary = wandb_summary(path)
     assert summary["test/acc"] == 0.9 and summary["val/acc"] == 0.8 and summary["results/fit_time_s"] == 30.0
+
+
+def test_skip_recorded_trains_only_the_runs_the_registry_does_not_hold_with_this_config(tmp_path, monkeypatch, patch4_cpu):
+    """A campaign on a machine without its run directories: --skip-recorded skips a run whose record has the
+    config the sweep resolves to now (same variant and seed), and runs the one recorded with another config,
+    the one not recorded, and every run when extra overrides change what they compute."""
+    import io
+
+    import reproductions.sweeping.records as records
+    from reproductions.commands.sweep import main as sweep_main
+    from tests.sweep_helpers import fake_runner
+
+    registry = tmp_path / "results"
+    monkeypatch.setattr(records, "REGISTRY_DIR", registry)
+    now = make_record(tmp_path, finished("patch_size=4", 0, 0.9, "vit/patch_size-cpu"), patch4_cpu,
+                      "vit/patch_size", "cpu", patch4_cpu)  # fmt: skip
+    atomic_write_json(record_path(registry, now), now)
+    older = {**patch4_cpu, "seed_everything": 1, "model": {**patch4_cpu["model"], "init_args": {
+        **patch4_cpu["model"]["init_args"], "lr": 0.5}}}  # recorded with another learning rate
+    stale = make_record(tmp_path, finished("patch_size=4", 1, 0.8, "vit/patch_size-cpu"), older, "vit/patch_size", "cpu", older)
+    atomic_write_json(record_path(registry, stale), stale)
+
+    argv = ["vit/patch_size", "--profile", "cpu", "--variant", "patch_size=4", "--seeds", "3",
+            "--root", str(tmp_path / "runs"), "--no-report", "--skip-recorded"]  # fmt: skip
+    out, calls = io.StringIO(), []
+    assert sweep_main([*argv, "--dry-run"], runner=fake_runner(calls=calls), out=out) == 0
+    assert f"patch_size=4 seed0 (recorded, skip: {record_path(registry, now).name})" in out.getvalue()
+    assert "--skip-recorded: 1 of the runs to run are in the registry with this config (skipped): patch_size=4 seed0; 2 to run" in out.getvalue()
+    assert calls == []
+    out = io.StringIO()
+    assert sweep_main(argv, runner=fake_runner(calls=calls), out=out) == 0
+    assert sorted(calls) == ["patch_size=4 seed1", "patch_size=4 seed2"], out.getvalue()
+    assert "1 skipped (recorded)" in out.getvalue()
+    out = io.StringIO()  # another budget: the record is not this run's
+    assert sweep_main([*argv, "--dry-run", "--", "--trainer.max_epochs", "1"], out=out) == 0
+    assert "--skip-recorded: 0 of the runs" in out.getvalue() and "recorded, skip" not in out.getvalue()
+    out = io.StringIO()  # without the option the run directories alone decide: the recorded run trains again
+    shutil.rmtree(tmp_path / "runs")
+    assert sweep_main([*argv[:-1], "--dry-run"], out=out) == 0
+    assert "patch_size=4 seed0 (run)" in out.getvalue() and "recorded, skip" not in out.getvalue()

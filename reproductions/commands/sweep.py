@@ -2,7 +2,7 @@
 
     repro sweep vit/position --profile cpu [--seeds N | --seed K ...] [--variant NAME ...] [--dry-run]
         [--launcher local|torchrun|slurm] [--devices N] [--jobs J] [--root runs] [--wandb [--log-model]] [--reuse]
-        [--rerun-changed] [-- extra CLI overrides for every run]
+        [--rerun-changed] [--skip-recorded] [-- extra CLI overrides for every run]
 
 The sweep file (``reproductions/<paper>/sweeps/<name>.yaml``, or any path to a YAML file) is
 described in ``reproductions/sweeping/spec.py``, where its runs go and what each run's command
@@ -19,7 +19,10 @@ resolved config and seed equal those of a run finished in another experiment und
 copied from it instead of trained (``reproductions/sweeping/reuse.py``). A finished run made with another
 command than the sweep would use now (its file, profile or overrides changed since: a tuned value taken in) is
 kept and skipped with a warning (one whose resolved config is still the same is simply kept);
-``--rerun-changed`` moves it to ``<root>/superseded/<UTC time>/`` and runs it again.
+``--rerun-changed`` moves it to ``<root>/superseded/<UTC time>/`` and runs it again. With
+``--skip-recorded`` a run that the registry (``results/``) already holds with the config the sweep
+resolves to now is not trained again (``records.recorded_twins``): a campaign goes on where its
+records end on a machine that lacks its run directories.
 
 The package ``reproductions/sweeping/`` holds the layers, each importing only those before it:
 ``spec`` (sweep files) < ``plan`` (runs and commands) < ``launch`` (running, SLURM) and
@@ -46,7 +49,7 @@ from reproductions.sweeping.launch import (
 )
 from reproductions.sweeping.plan import LAUNCHERS, add_seed_options, add_variant_option, check_counts, chosen_seeds, make_plan
 from reproductions.sweeping.publish import log_references
-from reproductions.sweeping.records import SMOKE_PROFILE, records_of
+from reproductions.sweeping.records import SMOKE_PROFILE, Record, recorded_twins, records_of
 from reproductions.sweeping.sweep_report import write_report
 from reproductions.sweeping.reuse import computes_the_same, reuse_finished
 from reproductions.sweeping.spec import DEFAULT_PROFILE, SweepError, profiles_help
@@ -97,6 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run again the finished runs made with another command than this sweep would use now (the "
                    "sweep file, profile or overrides changed since), after moving each to "
                    "<root>/superseded/<UTC time>/<experiment>/; without it they are kept and skipped, with a warning")
+    p.add_argument("--skip-recorded", action="store_true",
+                   help="skip the runs the registry (results/) already holds with the config this sweep would use now "
+                   "(same variant, seed and resolved config), e.g. to go on with a campaign on a machine without its "
+                   "run directories; the report covers the run directories only")
     p.add_argument("--no-report", action="store_true", help="do not write the report after the runs")
     return p
 
@@ -160,6 +167,14 @@ def main(argv: Sequence[str] | None = None, *, runner=subprocess_runner, out: Te
             file=out,
         )
 
+    recorded: dict[int, Record] = {}
+    if args.skip_recorded and pending:
+        recorded = recorded_twins(pending, plan.sweep.id, plan.profile.name)
+        pending = [r for r in pending if id(r) not in recorded]
+        print(f"--skip-recorded: {len(recorded)} of the runs to run are in the registry with this config (skipped): "
+              + (", ".join(r.label for r in plan.runs if id(r) in recorded) or "none") + f"; {len(pending)} to run",
+              file=out)
+
     reused = []
     if args.reuse and pending:
         reused = reuse_finished(pending, plan.root, own=[r.run_dir for r in plan.runs], out=out, copy=not args.dry_run)
@@ -186,7 +201,9 @@ def main(argv: Sequence[str] | None = None, *, runner=subprocess_runner, out: Te
     if args.dry_run:
         copies = {id(r.run): r.source for r in reused}
         for k, run in enumerate(plan.runs, 1):
-            if id(run) in done or id(run) in copies:
+            if id(run) in recorded:
+                state = f"recorded, skip: {recorded[id(run)].path.name}"
+            elif id(run) in done or id(run) in copies:
                 state = "finished, skip" if id(run) in done else f"reuse {copies[id(run)]}"
             else:
                 run, afresh = earlier_attempt(run)
@@ -212,7 +229,8 @@ def main(argv: Sequence[str] | None = None, *, runner=subprocess_runner, out: Te
     held = [o for o in outcomes if o.held_by is not None]
     print(
         f"\nsweep {plan.experiment}: {len(outcomes) - len(failures) - len(held)} finished, {len(failures)} failed, "
-        f"{len(finished)} skipped (already finished)" + (f", {len(reused)} reused" if reused else "")
+        f"{len(finished)} skipped (already finished)" + (f", {len(recorded)} skipped (recorded)" if recorded else "")
+        + (f", {len(reused)} reused" if reused else "")
         + (f", {len(held)} held by another process (not run here)" if held else "")
         + f" in {format_duration(time.monotonic() - started)}",
         file=out,

@@ -333,6 +333,31 @@ def records_of(sweep_id: str, profile: str, registry: str | os.PathLike = REGIST
     return [r for r in read_registry(folder) if r.data["sweep"] == sweep_id and r.data["profile"] == profile]
 
 
+def recorded_twins(runs: Sequence[Any], sweep_id: str, profile: str,
+                   registry: str | os.PathLike | None = None) -> dict[int, Record]:
+    """``id(run)`` -> the registry record that already holds that run: the same sweep, profile,
+    variant and seed, and a ``config_digest`` equal to the digest of the config the run's command
+    resolves to now (extra overrides, another sweep file or another code default all change it).
+    For ``repro sweep --skip-recorded``: a campaign whose run directories are gone (another machine,
+    a cleaned disk) does not train its recorded runs again."""
+    from reproductions.sweeping.reuse import load_config, resolve_config
+
+    by_key: dict[tuple[str, int], list[Record]] = {}
+    for record in records_of(sweep_id, profile, REGISTRY_DIR if registry is None else registry):
+        by_key.setdefault((record.data["variant"], record.data["seed"]), []).append(record)
+    twins: dict[int, Record] = {}
+    for run in runs:
+        candidates = by_key.get((run.variant.name, run.seed))
+        if not candidates:
+            continue
+        config = load_config(resolve_config(run.args))
+        digest = config_digest(config) if config is not None else None
+        match = next((r for r in candidates if r.data["config_digest"] == digest), None)
+        if match is not None:
+            twins[id(run)] = match
+    return twins
+
+
 def record_path(registry: str | os.PathLike, data: dict[str, Any]) -> Path:
     return Path(registry) / data["sweep"] / data["profile"] / data["variant"] / f"seed{data['seed']}-{data['id']}{RECORD_SUFFIX}"
 
