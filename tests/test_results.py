@@ -52,3 +52,18 @@ def test_cpu_flags_and_name_read_one_cpuinfo():
     text = Path("/proc/cpuinfo").read_text()
     assert flags["avx2"] == (" avx2" in text)
     assert cpu_name() and cpu_name() != "unknown"
+
+
+def test_hardware_summary_names_one_machine_alone_and_counts_each_of_several():
+    """The line a README table or a reference gives for where its runs were computed: a campaign continued on
+    another machine names each kind of hardware with its count, most runs first."""
+    from reproductions.run.results import hardware_summary
+
+    xeon = {"hardware": {"device": "cpu", "cpu": "Xeon", "cpu_capability": "AVX512"}}
+    epyc = {"hardware": {"device": "cpu", "cpu": "EPYC", "cpu_capability": "AVX2"}}
+    gpu = {"hardware": {"device": "cuda", "gpu": "H100", "cuda": "13.0", "cpu": "EPYC"}}
+    assert hardware_summary([]) == "–"
+    assert hardware_summary([xeon, xeon]) == "CPU Xeon (AVX512)"
+    assert hardware_summary([epyc, xeon, xeon]) == "CPU Xeon (AVX512) (2 runs); CPU EPYC (AVX2) (1 run)"
+    assert hardware_summary([gpu, {}]) == ("GPU H100 (CUDA 13.0), CPU EPYC (1 run); "
+                                           "not recorded (results.json from before the hardware record) (1 run)")

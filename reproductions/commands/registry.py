@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TextIO
 
 from reproductions.run.errors import RunFailed, UsageError
-from reproductions.run.results import hardware_label
+from reproductions.run.results import hardware_summary
 from reproductions.sweeping.records import REGISTRY_DIR, RecordError, add_run, read_registry, run_dirs, shown_path, stale_records
 
 #: write errors that the registry folder's place or permissions cause (a usage error: choose another
@@ -91,8 +91,8 @@ def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
         groups.setdefault((r.data["sweep"], r.data["profile"]), {}).setdefault(r.data["variant"], []).append(r)
     for (sweep, profile), variants in sorted(groups.items()):
         n = sum(len(v) for v in variants.values())
-        hardware = sorted({hardware_label(r.data) for v in variants.values() for r in v})
-        print(f"{sweep} --profile {profile}: {n} records, {len(variants)} variants; {'; '.join(hardware)}", file=out)
+        hardware = hardware_summary([r.data for v in variants.values() for r in v])
+        print(f"{sweep} --profile {profile}: {n} records, {len(variants)} variants; {hardware}", file=out)
         for variant, recs in variants.items():
             seeds = ", ".join(str(r.data["seed"]) for r in sorted(recs, key=lambda r: r.data["seed"]))
             print(f"  {variant}: seeds {seeds}", file=out)

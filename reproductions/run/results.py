@@ -148,6 +148,17 @@ def hardware_label(results: dict) -> str:
     return cpu
 
 
+def hardware_summary(results: list[dict]) -> str:
+    """Where a set of runs (results.json files or records) were computed: one ``hardware_label``, or,
+    for runs of several kinds of hardware, each with its count of runs, most runs first ("–" for none)."""
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[hardware_label(r)] = counts.get(hardware_label(r), 0) + 1
+    if len(counts) <= 1:
+        return next(iter(counts), "–")
+    return "; ".join(f"{label} ({n} run{'s' if n != 1 else ''})" for label, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
 def environment(git: dict[str, Any] | None = None, device: str | None = None) -> dict[str, Any]:
     """What a results.json records of where it ran; ``git``: the run's own state (see
     ``git_at_end``), else the checkout's now; ``device``: the run's (see ``hardware``)."""

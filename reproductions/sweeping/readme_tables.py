@@ -28,7 +28,7 @@ import os
 import re
 from pathlib import Path
 
-from reproductions.run.results import hardware_label
+from reproductions.run.results import hardware_summary
 from reproductions.sweeping.checks import verdict_counts
 from reproductions.sweeping.claims_page import gather, scale_labels
 from reproductions.sweeping.records import is_smoke
@@ -55,7 +55,7 @@ def profile_block(sweep_id: str, profile: str, registry: str | os.PathLike) -> s
         return (f"No records of `{sweep_id}` at `{profile}` in `results/` yet: `{plan.sweep_command()}`, then "
                 f"`repro registry add runs/{plan.experiment}` ({GENERATED_BY}).\n")  # fmt: skip
     seeds = sorted({int(r["seed"]) for r in records})
-    hardware = "; ".join(sorted({hardware_label(r) for r in records}))
+    hardware = hardware_summary(records)
     dates = sorted(str(r.get("finished_at", ""))[:10] for r in records)
     when = dates[0] if dates[0] == dates[-1] else f"{dates[0]} to {dates[-1]}"
     header, rows = table(plan, collected)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from reproductions.run.results import hardware_label, metric_value, same_hardware
+from reproductions.run.results import hardware_summary, metric_value, same_hardware
 from reproductions.sweeping.collect import Stat, VariantResults, same_run
 from reproductions.sweeping.comparable import Difference, describe, differences
 from reproductions.sweeping.plan import Plan
@@ -37,10 +37,6 @@ from reproductions.sweeping.tables import fmt_stat, markdown_table
 
 #: |difference| below this many standard errors: within the reference's noise
 NOISE_SE = 2.0
-
-
-def hardware_text(results: list[dict]) -> str:
-    return "; ".join(sorted({hardware_label(r) for r in results})) or "–"
 
 
 @dataclass
@@ -116,7 +112,7 @@ def against_reference(plan: Plan, yours: list[VariantResults], reference: list[V
             if twins:
                 same += 1
                 exact += any(metric_value(x, m.key) == metric_value(r, m.key) for x in twins)
-        out.append(Against(vr.variant.name, a, b, hardware_text(ref.results), diff, _pair_se(a, b), (exact, same), len(own),
+        out.append(Against(vr.variant.name, a, b, hardware_summary(ref.results), diff, _pair_se(a, b), (exact, same), len(own),
                            differs, describe(differs, *pair) if differs else ""))  # fmt: skip
     return out
 
