@@ -6,7 +6,9 @@ the ``h200`` profiles of the given sweeps, in the order given, until a budget of
 Each sweep is planned as ``repro sweep SWEEP --profile h200 --root OUT_DIR/runs -- --data.data_dir DIR`` plans it
 (``reproductions.sweeping.plan``) and its runs go through the sweep's own runner loop
 (``reproductions.sweeping.launch.execute``), one at a time: a run whose results.json says finished is skipped, so
-a later campaign continues where this one stopped. A run that an earlier campaign stopped (results.json
+a later campaign continues where this one stopped. A run the results registry (``results/``) already holds at
+``h200`` with the config it would run now (a record brought back from an earlier campaign on another machine,
+``repro sweep --skip-recorded``'s rule) is skipped too: it is not trained again. A run that an earlier campaign stopped (results.json
 ``interrupted``, its checkpoint in its directory) is resumed from that checkpoint. No run starts with less than
 ``--min-start`` seconds left. At the budget (or on SIGTERM/SIGINT) the running run gets SIGTERM: it saves a
 checkpoint at the current step and writes results.json with status ``interrupted``, never ``finished``; after
@@ -16,7 +18,7 @@ that run is finished, its training whole.) The checkpoints of finished runs are 
 
 OUT_DIR/campaign.json (written atomically at the end, also after a signal): the budget, the time spent, why it
 stopped, and per sweep its runs: finished (with the run directory: ``repro registry add PATH`` records it),
-interrupted or not started. Exit status: 0 every run of every sweep finished, 3 stopped at the budget or by a
+recorded (with its record), interrupted or not started. Exit status: 0 every run of every sweep finished, 3 stopped at the budget or by a
 signal with runs left (run the campaign again to continue), 1 a run failed (it is retried next time), 2 a
 usage error.
 """
@@ -38,6 +40,7 @@ sys.path.insert(0, str(REPO))
 
 from reproductions.sweeping.launch import execute  # noqa: E402
 from reproductions.sweeping.plan import Run, make_plan  # noqa: E402
+from reproductions.sweeping.records import recorded_twins  # noqa: E402
 from reproductions.sweeping.spec import SweepError  # noqa: E402
 from utils.atomic import atomic_write_text  # noqa: E402
 
@@ -156,11 +159,17 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, campaign.signal)
 
     failed: list[str] = []
+    recorded: dict[int, str] = {}  # id(run) -> its record in results/
     for plan in plans:
         pending = plan.pending()
+        held = recorded_twins(pending, plan.sweep.id, PROFILE)
+        recorded.update({k: os.path.relpath(r.path, REPO) for k, r in held.items()})
+        finished_here = len(plan.runs) - len(pending)
+        pending = [r for r in pending if id(r) not in held]
         expected = plan.profile.device_s
-        print(f"\n{plan.sweep.id} --profile {PROFILE}: {len(plan.runs)} runs, {len(plan.runs) - len(pending)} finished "
-              f"earlier, {len(pending)} to run" + (f"; all of them expected to take {expected:.0f} s" if expected else "")
+        print(f"\n{plan.sweep.id} --profile {PROFILE}: {len(plan.runs)} runs, {finished_here} finished earlier"
+              + (f", {len(held)} recorded in results/ (skipped)" if held else "") + f", {len(pending)} to run"
+              + (f"; all of them expected to take {expected:.0f} s" if expected else "")
               + f"; {max(0.0, campaign.left()):.0f} s of the budget left", flush=True)  # fmt: skip
         for run in pending:
             if not campaign.can_start():
@@ -181,9 +190,10 @@ def main(argv: list[str] | None = None) -> int:
         runs = {}
         for run in plan.runs:
             rec = record(run.run_dir)
-            status = rec.get("status") or "not started"
-            complete &= status == "finished"
+            status = rec.get("status") or ("recorded" if id(run) in recorded else "not started")
+            complete &= status in ("finished", "recorded")
             runs[run.label] = {"status": status, "run_dir": str(run.run_dir),
+                               **({"record": recorded[id(run)]} if status == "recorded" else {}),
                                **({"test": rec.get("test"), "samples_per_sec": (rec.get("training") or {}).get("samples_per_sec"),
                                    "fit_time_s": (rec.get("training") or {}).get("fit_time_s")} if status == "finished" else {})}  # fmt: skip
         summary["sweeps"][plan.sweep.id] = {"profile": PROFILE, "expected_s": plan.profile.device_s,
@@ -191,9 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     summary["complete"], summary["failed"] = complete, failed
     path = out / "campaign.json"
     atomic_write_text(path, json.dumps(summary, indent=2) + "\n")
-    done = sum(r["status"] == "finished" for s in summary["sweeps"].values() for r in s["runs"].values())
+    done = sum(r["status"] in ("finished", "recorded") for s in summary["sweeps"].values() for r in s["runs"].values())
     total = sum(len(s["runs"]) for s in summary["sweeps"].values())
-    print(f"\ngpu_campaign: {done} of {total} runs finished"
+    print(f"\ngpu_campaign: {done} of {total} runs finished" + (f" ({len(recorded)} of them recorded earlier)" if recorded else "")
           + ("" if complete else f"; stopped ({campaign.stopped or 'runs failed'}): run the campaign again to continue")
           + f"; wrote {path}", flush=True)  # fmt: skip
     if failed:

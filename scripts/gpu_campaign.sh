@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU campaign: on a machine with one CUDA GPU, run the ViT ablations' `h200` profiles (CIFAR-10 at 32 px,
 # the data held on the GPU) in priority order within a budget, leaving each finished run's directory under
-# OUT_DIR/runs/; a later campaign into the same OUT_DIR skips the finished runs and continues.
+# OUT_DIR/runs/; a later campaign into the same OUT_DIR skips the finished runs and continues, and any campaign
+# skips the runs results/ already records at h200 with the same config (brought back from an earlier machine).
 #   0. install    the wheels the machine lacks (GPU_CAMPAIGN_WHEELS=DIR, from scripts/gpu_wheels.sh; default
 #      preflight  gpu_wheels/ if it holds any) and the preflight, as scripts/gpu_check.sh does (scripts/gpu_common.sh)
 #   1. data       the CIFAR-10 training JPEG folder (GPU_CAMPAIGN_DATA: the folder with train/<class>/*.jpg, or the

@@ -173,3 +173,34 @@ def test_smoke_campaign_stops_at_the_budget_and_continues(tmp_path):
     for label in finished:  # skipped: not run again
         assert (Path(runs[label]["run_dir"]) / "results.json").stat().st_mtime_ns == stamps[label]
         assert f"] {label.split(' ', 1)[1]} |" not in log
+
+
+def test_a_run_the_registry_holds_at_h200_is_not_trained_again(tmp_path, monkeypatch, capsys):
+    """A second GPU session starts on a bare machine: the runs an earlier campaign brought back and recorded are
+    skipped (same variant, seed and config), the others stay to run, and campaign.json says which is which."""
+    import reproductions.sweeping.records as records
+    from reproductions.sweeping.records import definition_config, make_record, record_path
+    from reproductions.run.results import atomic_write_json
+
+    registry = tmp_path / "results"
+    monkeypatch.setattr(records, "REGISTRY_DIR", registry)
+    data = tmp_path / "cifar10"
+    data.mkdir()
+    plan = gpu_campaign.make_plan("vit/patch_size", "h200", root=tmp_path / "out" / "runs")
+    first = plan.runs[0]
+    # the sweep file's config, without the campaign's --data.data_dir: where the data lay is no part of what ran
+    config = definition_config("vit/patch_size", "h200", first.variant.name, first.seed)
+    results = {"status": "finished", "experiment": plan.experiment, "variant": first.variant.name, "seed": first.seed,
+               "test": {"test/acc": 0.8}, "training": {"fit_time_s": 60.0}, "hardware": {"device": "cuda", "gpu": "H100"}, "finished_at": "2026-12-07"}
+    rec = make_record(tmp_path, results, config, "vit/patch_size", "h200", config)
+    atomic_write_json(record_path(registry, rec), rec)
+    # min-start above the budget: nothing starts, so the test trains nothing
+    rc = gpu_campaign.main(["--out", str(tmp_path / "out"), "--budget", "30", "--min-start", "60",
+                            "--data-dir", str(data), "vit/patch_size"])  # fmt: skip
+    assert rc == 3
+    out = capsys.readouterr().out
+    assert f"{len(plan.runs)} runs, 0 finished earlier, 1 recorded in results/ (skipped), {len(plan.runs) - 1} to run" in out
+    assert "runs finished (1 of them recorded earlier)" in out
+    runs = json.loads((tmp_path / "out" / "campaign.json").read_text())["sweeps"]["vit/patch_size"]["runs"]
+    assert runs[first.label]["status"] == "recorded" and runs[first.label]["record"].endswith(record_path(registry, rec).name)
+    assert all(r["status"] == "not started" for label, r in runs.items() if label != first.label)
