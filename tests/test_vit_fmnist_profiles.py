@@ -160,7 +160,7 @@ def test_a_whole_schedule_sibling_differs_from_it_where_its_file_says(profile, p
 
 #: vit/hybrid's picks (vit/tune hybrid; tests/test_picks.py holds the sweep file to the recorded picks): lr, weight decay
 HYBRID_PICKS = {"ViT-S": (1.6e-2, 0.2), "ViT-M": (4.0e-3, 0.05), "Hybrid-S": (1.6e-2, 0.2), "Hybrid-M": (8.0e-3, 0.5),
-                "ResNet-S": (1.6e-2, 0.2), "ResNet-M": (1.6e-2, 0.2)}
+                "ResNet-S": (3.2e-2, 0.2), "ResNet-M": (3.2e-2, 0.2)}
 
 
 @pytest.mark.parametrize(("profile", "epochs", "tuned"), [
