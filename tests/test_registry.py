@@ -408,7 +408,13 @@ def test_skip_recorded_trains_only_the_runs_the_registry_does_not_hold_with_this
     argv = ["vit/patch_size", "--profile", "cpu", "--variant", "patch_size=4", "--seeds", "3",
             "--root", str(tmp_path / "runs"), "--no-report", "--skip-recorded"]  # fmt: skip
     out, calls = io.StringIO(), []
+    from reproductions.sweeping import reuse
+
+    monkeypatch.setattr(records, "_SHAPES", {})
+    resolutions, real = [], reuse.resolve_config
+    monkeypatch.setattr(reuse, "resolve_config", lambda args: resolutions.append(args) or real(args))
     assert sweep_main([*argv, "--dry-run"], runner=fake_runner(calls=calls), out=out) == 0
+    assert len(resolutions) == 1  # the two recorded seeds share one resolution of the CLI
     assert f"patch_size=4 seed0 (recorded, skip: {record_path(registry, now).name})" in out.getvalue()
     assert "--skip-recorded: 1 of the runs to run are in the registry with this config (skipped): patch_size=4 seed0; 2 to run" in out.getvalue()
     assert calls == []

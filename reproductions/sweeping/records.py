@@ -141,6 +141,7 @@ DERIVED_ARGS: dict[str, tuple[tuple[str, ...], type]] = {
     "--model.init_args.lr": (("model", "init_args", "lr"), float),
     "--model.init_args.weight_decay": (("model", "init_args", "weight_decay"), float),
     "--run.variant": (("run", "variant"), str),
+    "--seed_everything": (("seed_everything",), int),
 }
 
 
@@ -175,13 +176,28 @@ def _derive(config: dict[str, Any], values: dict[str, str]) -> dict[str, Any] | 
     return out
 
 
+def resolved_config(args: Sequence[str]) -> dict[str, Any] | None:
+    """The config the CLI resolves ``args`` (a run's arguments) to; runs that differ only in
+    ``DERIVED_ARGS`` (seed, lr, weight decay, variant name) share one resolution in this process."""
+    from reproductions.sweeping.reuse import load_config, resolve_config
+
+    shape, values = split_derived(args)
+    if shape in _SHAPES:
+        config = _derive(_SHAPES[shape], values)
+        if config is not None:
+            return config
+    config = load_config(resolve_config(args))
+    if config is not None and _derive(config, values) == config:  # each derived value lands where the CLI put it
+        _SHAPES[shape] = copy.deepcopy(config)
+    return config
+
+
 def definition_config(sweep_id: str, profile: str, variant: str, seed: int) -> dict[str, Any]:
     """The resolved config the sweep file defines now for one variant and seed (no run is made).
     The seed enters a resolved config as ``seed_everything`` alone, so one resolution per variant
     serves every seed (kept for this process, keyed by the sweep file's text); the variants of a
     tuning grid that differ only in ``DERIVED_ARGS`` share one resolution."""
     from reproductions.sweeping.plan import make_plan
-    from reproductions.sweeping.reuse import load_config, resolve_config
     from reproductions.sweeping.spec import find_sweep
 
     key = (sweep_id, profile, variant, find_sweep(sweep_id).read_text())
@@ -193,16 +209,9 @@ def definition_config(sweep_id: str, profile: str, variant: str, seed: int) -> d
         runs = [r for r in plan.runs if r.variant.name == variant]
         if not runs:
             raise RecordError(f"{sweep_id} profile {profile}: no variant {variant!r}; variants: {[v.name for v in plan.variants]}")
-        shape, values = split_derived(runs[0].args)
-        config = None
-        if shape in _SHAPES:
-            config = _derive(_SHAPES[shape], values)
-        if config is None:
-            config = load_config(resolve_config(runs[0].args))
-            if config is None:  # pragma: no cover - the CLI always dumps a mapping
-                raise RecordError(f"{sweep_id} profile {profile} variant {variant}: the sweep's config does not resolve")
-            if _derive(config, values) == config:  # each derived value lands where the CLI put it
-                _SHAPES[shape] = config
+        config = resolved_config(runs[0].args)
+        if config is None:  # pragma: no cover - the CLI always dumps a mapping
+            raise RecordError(f"{sweep_id} profile {profile} variant {variant}: the sweep's config does not resolve")
         _DEFINITIONS[key] = config
     return {**_DEFINITIONS[key], "seed_everything": seed}
 
@@ -340,8 +349,6 @@ def recorded_twins(runs: Sequence[Any], sweep_id: str, profile: str,
     resolves to now (extra overrides, another sweep file or another code default all change it).
     For ``repro sweep --skip-recorded``: a campaign whose run directories are gone (another machine,
     a cleaned disk) does not train its recorded runs again."""
-    from reproductions.sweeping.reuse import load_config, resolve_config
-
     by_key: dict[tuple[str, int], list[Record]] = {}
     for record in records_of(sweep_id, profile, REGISTRY_DIR if registry is None else registry):
         by_key.setdefault((record.data["variant"], record.data["seed"]), []).append(record)
@@ -350,7 +357,7 @@ def recorded_twins(runs: Sequence[Any], sweep_id: str, profile: str,
         candidates = by_key.get((run.variant.name, run.seed))
         if not candidates:
             continue
-        config = load_config(resolve_config(run.args))
+        config = resolved_config(run.args)
         digest = config_digest(config) if config is not None else None
         match = next((r for r in candidates if r.data["config_digest"] == digest), None)
         if match is not None:
