@@ -46,11 +46,18 @@ def test_an_accuracy_gain_within_the_validation_sets_noise_is_not_rising():
     assert plateau(curve(values), "val/acc", val_size=100_000)["reached"] is False
 
 
-@pytest.mark.parametrize("values, monitor", [([0.5, 0.6, 0.7], "val/acc"), ([0.5, 0.6, 0.7, 0.8], "val/auc")])
-def test_too_short_a_curve_or_another_metric_cannot_tell(values, monitor):
-    assert plateau(curve(values), monitor if monitor == "val/acc" else "val/acc")["reached"] in (None, False)
-    assert plateau(curve(values), "val/acc")["reached"] is (None if len(values) < 4 else False)
+@pytest.mark.parametrize("values", [[0.5, 0.6], [0.5, 0.6, 0.7], [0.5, 0.6, 0.7, 0.8]])
+def test_too_short_a_curve_or_another_metric_cannot_tell(values):
+    assert plateau(curve(values), "val/acc")["reached"] is (None if len(values) < 3 else False)
     assert plateau(curve(values, monitor="val/auc"), "val/acc")["reached"] is None  # not in the curve
+
+
+def test_three_validations_judge_the_last_against_the_two_before():
+    """A 3-epoch run validated each epoch: its last validation is its last fifth."""
+    rising = plateau(curve([0.65, 0.77, 0.84]), "val/acc", val_size=6000)
+    assert rising["reached"] is False and rising["gain"] == pytest.approx(0.07)
+    flat = plateau(curve([0.80, 0.86, 0.861]), "val/acc", val_size=6000)
+    assert flat["reached"] is True and flat["gain"] == pytest.approx(0.001)
 
 
 def test_read_curve_keeps_the_validation_rows(tmp_path):

@@ -30,6 +30,7 @@ from reproductions.sweeping.records import (
     read_record,
     read_registry,
     record_path,
+    stale_plateaus,
     stale_records,
 )
 from reproductions.sweeping.reuse import run_config
@@ -340,6 +341,31 @@ def test_every_committed_record_is_valid_and_matches_its_sweep_file():
     records = read_registry(REGISTRY_DIR)
     assert all(r.path == record_path(REGISTRY_DIR, r.data) for r in records)  # each where its identity says
     assert [f"{r.path}: {why}" for r, why in stale_records(records)] == []
+    assert [str(r.path) for r, _ in stale_plateaus(records)] == []  # each plateau the rule's reading of its curve
+
+
+def test_check_fails_on_a_plateau_recorded_under_an_older_rule_and_fixes_it(tmp_path):
+    """A record whose plateau says "cannot tell" where the rule now reads its 3-validation curve as still
+    rising: `check` names it and exits 1; `--fix-plateaus` writes the rule's reading and nothing else."""
+    import io
+
+    path = put_record(tmp_path, "vit/patch_size", "cpu", "patch_size=4", 0, 0.84)
+    data = json.loads(path.read_text())
+    data["curve"] = {"columns": ["step", "epoch", "val/acc"], "rows": [[100, 0, 0.65], [200, 1, 0.77], [300, 2, 0.84]]}
+    data["plateau"] = {"metric": "val/acc", "mode": "max", "threshold": 0.002, "last_part": 0.2, "gain": None,
+                       "validations": 3, "stopped_early": None, "reached": None}  # fmt: skip
+    atomic_write_json(path, data)
+    out = io.StringIO()
+    assert registry_main(["--registry", str(tmp_path), "check"], out=out) == 1
+    assert f"{path}: plateau reached None (gain None) -> False (gain 0.07)" in out.getvalue()
+    assert "1 of 1 records hold a plateau" in out.getvalue() and "--fix-plateaus" in out.getvalue()
+    assert registry_main(["--registry", str(tmp_path), "check", "--fix-plateaus"], out=io.StringIO()) == 0
+    fixed = json.loads(path.read_text())
+    assert fixed["plateau"]["reached"] is False and fixed["plateau"]["gain"] == pytest.approx(0.07)
+    assert {k: v for k, v in fixed.items() if k != "plateau"} == {k: v for k, v in data.items() if k != "plateau"}
+    out = io.StringIO()
+    assert registry_main(["--registry", str(tmp_path), "check"], out=out) == 0
+    assert "every recorded plateau is the rule's reading of its curve" in out.getvalue()
 
 
 def test_the_committed_claims_page_is_the_registrys_page(tmp_path, capsys, monkeypatch):

@@ -2,7 +2,7 @@
 
     repro registry add PATH [PATH ...] [--allow-changed] [--dry-run]   # record the finished runs under PATH
     repro registry list [--sweep vit/position] [--profile cpu]          # what is recorded: runs per variant, seeds, hardware
-    repro registry check [--definitions]                                # every record valid (and its sweep definition unchanged)
+    repro registry check [--definitions] [--fix-plateaus]               # every record valid (and its sweep definition unchanged)
     repro registry tables [--check]                                     # the README tables, generated from the records
     repro registry wandb [--sweep ...] [--profile ...] [--project P]    # the records as W&B runs (job type reference)
     repro registry floors [--sweep ...] [--profile ...] [--recompute]   # the pixel floors of the image sweeps (results/floors/)
@@ -14,6 +14,10 @@ config differs from what the sweep file defines now (unless ``--allow-changed``:
 are recorded as the record's ``overrides``) and one already recorded. What a record holds:
 ``reproductions/sweeping/records.py``. Every reader of results (``repro report``, ``repro
 claims``, the README tables) reads the registry beside any local runs.
+
+``check`` also reads each record's plateau (whether its validation metric stopped improving) again
+from the record's own curve: a record made under an older plateau rule (``reproductions/run/curve.py``)
+fails the check, and ``--fix-plateaus`` writes the plateau the rule reads now into it.
 
 ``floors`` computes the pixel logistic-regression floor (``docs/floors.md``) of every data set and
 training-subset size the image sweeps' profiles use (``--sweep``/``--profile``: those alone; ``smoke``
@@ -34,7 +38,16 @@ from typing import TextIO
 
 from reproductions.run.errors import RunFailed, UsageError
 from reproductions.run.results import hardware_summary
-from reproductions.sweeping.records import REGISTRY_DIR, RecordError, add_run, read_registry, run_dirs, shown_path, stale_records
+from reproductions.sweeping.records import (
+    REGISTRY_DIR,
+    RecordError,
+    add_run,
+    read_registry,
+    run_dirs,
+    shown_path,
+    stale_plateaus,
+    stale_records,
+)
 
 #: write errors that the registry folder's place or permissions cause (a usage error: choose another
 #: folder); any other (a full disk) is a failure
@@ -103,8 +116,9 @@ def cmd_list(args: argparse.Namespace, out: TextIO) -> int:
 def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
     records = read_registry(args.registry)  # raises RecordError on the first invalid record
     print(f"{len(records)} records valid (schema)", file=out)
+    rc = _check_plateaus(records, args.fix_plateaus, out)
     if not args.definitions:
-        return 0
+        return rc
     from reproductions.sweeping.picks import registry_disagreements
 
     stale = list(stale_records(records))
@@ -118,7 +132,26 @@ def cmd_check(args: argparse.Namespace, out: TextIO) -> int:
     print(f"{len(untuned)} swept variants not at the pick their tuning sweep recorded"
           + ("; write the picks into the sweep file (repro report <tuning sweep> lists them) and rerun those variants"
              if untuned else ""), file=out)  # fmt: skip
-    return 1 if stale or untuned else 0
+    return 1 if stale or untuned or rc else 0
+
+
+def _check_plateaus(records, fix: bool, out: TextIO) -> int:
+    """Records whose plateau the rule reads otherwise now: listed (exit 1), or rewritten with ``fix``."""
+    from utils.atomic import atomic_write_json
+
+    stale = list(stale_plateaus(records))
+    for rec, now in stale:
+        was = rec.data["plateau"]
+        line = f"{shown_path(rec.path)}: plateau reached {was.get('reached')} (gain {was.get('gain')}) -> {now['reached']} (gain {now['gain']})"
+        if fix:
+            atomic_write_json(rec.path, {**rec.data, "plateau": now})
+        print(("rewrote " if fix else "older plateau rule: ") + line, file=out)
+    if stale and not fix:
+        print(f"{len(stale)} of {len(records)} records hold a plateau the rule (reproductions/run/curve.py) reads otherwise "
+              "from their own curve now; rewrite them: repro registry check --fix-plateaus", file=out)  # fmt: skip
+        return 1
+    print(f"{len(stale)} plateaus rewritten" if fix else "every recorded plateau is the rule's reading of its curve", file=out)
+    return 0
 
 
 def cmd_tables(args: argparse.Namespace, out: TextIO) -> int:
@@ -215,6 +248,8 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None) -> int
             s.add_argument("--root", default="runs", help="where the offline W&B files go: <root>/registry/... (default runs)")
     c = sub.add_parser("check", help="validate every record", allow_abbrev=False)
     c.add_argument("--definitions", action="store_true", help="also check each record's sweep definition is unchanged (slower)")
+    c.add_argument("--fix-plateaus", action="store_true",
+                   help="write the plateau the rule reads from each record's curve now into the records made under an older rule")
     t = sub.add_parser("tables", help="regenerate the README tables from the registry", allow_abbrev=False)
     t.add_argument("--check", action="store_true", help="change nothing; exit 1 if a generated table is out of date")
     f = sub.add_parser("floors", help="compute the pixel floors of the image sweeps into results/floors/", allow_abbrev=False)

@@ -29,8 +29,9 @@ from typing import Any
 CURVE_FIXED = ("step", "epoch", "time/fit_elapsed_s")
 #: the largest gain over the last fifth that still counts as a plateau, in the metric's units
 PLATEAU_THRESHOLD = 0.002
-#: the fewest validations a curve needs to tell a plateau
-MIN_VALIDATIONS = 4
+#: the fewest validations a curve needs to tell a plateau: with three (a 3-epoch run validated each
+#: epoch) the last validation is the last fifth and the two before it the rest
+MIN_VALIDATIONS = 3
 #: the part of training (by steps) whose gain decides
 LAST_PART = 0.2
 

@@ -548,6 +548,24 @@ def add_run(run_dir: Path, registry: str | os.PathLike, existing: dict[str, Path
     return out
 
 
+def recorded_plateau_now(data: dict[str, Any]) -> dict[str, Any]:
+    """The plateau the rule (reproductions/run/curve.py) reads from a record's own curve today, with
+    the early stopping its run recorded; a record whose ``plateau`` differs was made under an older rule."""
+    recorded = data.get("plateau") or {}
+    return plateau(data.get("curve"), (data.get("best") or {}).get("monitor"), stopped_early=recorded.get("stopped_early"),
+                   val_size=(data.get("data") or {}).get("val_size"))  # fmt: skip
+
+
+def stale_plateaus(records: Iterable[Record]) -> Iterator[tuple[Record, dict[str, Any]]]:
+    """Records whose recorded ``plateau`` is not what the rule reads from their curve now, each with
+    the plateau it reads (a record without one is read from its curve anyway: ``run_plateau``)."""
+    for rec in records:
+        if isinstance(rec.data.get("plateau"), dict):
+            now = recorded_plateau_now(rec.data)
+            if now != rec.data["plateau"]:
+                yield rec, now
+
+
 def stale_records(records: Iterable[Record]) -> Iterator[tuple[Record, str]]:
     """Records whose sweep definition changed since they were added: the sweep file now defines,
     for their variant and seed, a config that differs from theirs in other keys than the
