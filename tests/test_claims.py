@@ -120,15 +120,18 @@ def test_a_scale_names_its_budget_beside_its_axis():
     assert load_sweep("vit/position").profiles["fmnist"].scale.budget == "4 epochs"
 
 
-def test_two_profiles_at_one_scale_are_told_apart_by_name_in_labels_and_figures():
-    """Two protocols at one budget (vit/data_size cpu and cpu-whole-schedule, both 8,000 steps): the README's
-    verdict cells name the profile, and a claim's figure puts them at two labelled positions, not one x."""
+def test_two_profiles_at_one_scale_are_told_apart_by_name_in_labels_and_by_series_in_figures():
+    """Protocols at one budget (vit/data_size cpu, cpu-whole-schedule and cpu-crop-flip, all 8,000 steps): the
+    README's verdict cells name the profile; a claim's figure keeps the budget axis, sets the points of each
+    series (the scales' `series`) a little apart, and joins a point only to points of its own series."""
     from types import SimpleNamespace
 
     from reproductions.sweeping.claims_page import _figure_points, scale_labels
+    from reproductions.sweeping.figures import plot_claim_by_scale
 
     sweep = load_sweep("vit/data_size")
-    cpu, whole, short = (sweep.profiles[p] for p in ("cpu", "cpu-whole-schedule", "cpu-600steps"))
+    cpu, whole, flip, short, long = (sweep.profiles[p] for p in ("cpu", "cpu-whole-schedule", "cpu-crop-flip", "cpu-600steps",
+                                                                 "cpu-16000steps"))  # fmt: skip
     assert scale_labels([short, cpu, whole]) == [
         "600 training steps (fashion_mnist)",
         "8,000 training steps (fashion_mnist), `cpu`",
@@ -141,9 +144,18 @@ def test_two_profiles_at_one_scale_are_told_apart_by_name_in_labels_and_figures(
 
     points, xlabel = _figure_points([row(short, -3.0), row(cpu, 2.0)])
     assert xlabel == "training steps" and [p[1] for p in points] == [600.0, 8000.0]
-    points, xlabel = _figure_points([row(short, -3.0), row(cpu, 2.0), row(whole, 3.0)])
-    assert xlabel == "profile (scale)" and [p[1] for p in points] == [None] * 3
-    assert [p[0].split("\n")[0] for p in points] == ["cpu-600steps", "cpu", "cpu-whole-schedule"]
+    points, xlabel = _figure_points([row(short, -3.0), row(cpu, 2.0), row(whole, 3.0), row(flip, 4.0), row(long, 3.5)])
+    assert xlabel == "training steps" and [p[1] for p in points] == [600.0, 8000.0, 8000.0, 8000.0, 16000.0]
+    assert [p[4] for p in points] == ["early stopping", "early stopping", None, "crop + flip", None]
+    fig = plot_claim_by_scale("a > b", points, xlabel=xlabel, ylabel="a - b", title="t")
+    zero = fig.axes[0].get_lines()[-1]  # axhline(0), drawn after the points
+    lines = sorted(tuple(line.get_xdata()) for line in fig.axes[0].get_lines() if len(line.get_xdata()) > 1 and line is not zero)
+    at_8000 = sorted(float(c.lines[0].get_xdata()[0]) for c in fig.axes[0].containers if 7000 < c.lines[0].get_xdata()[0] < 9000)
+    assert len(at_8000) == 3 and len(set(at_8000)) == 3  # the three protocols side by side, not on top of each other
+    early, whole_x = (min(at_8000), at_8000[1])
+    assert lines == sorted([(600.0, early), (whole_x, 16000.0)])  # early stopping joined, the whole schedule joined
+    same, _ = _figure_points([row(cpu, 2.0), row(SimpleNamespace(**{**vars(cpu), "name": "again"}), 3.0)])
+    assert [p[1] for p in same] == [None, None]  # one series twice at one value: by name
 
 
 @pytest.mark.parametrize("scale, message", [
@@ -325,3 +337,19 @@ def test_the_committed_verdicts_say_one_seed_and_their_own_metric():
     shots = [(claim, header) for claim, header in tables if claim.startswith("5-shot linear (%)")]
     assert shots and all("a - b (5-shot linear (%))" in header for _, header in shots), shots
     assert all("a - b (test acc. (%))" in header for claim, header in tables if claim.startswith("test acc. (%)"))
+
+
+def test_a_claims_figure_draws_the_floor_of_its_own_subset():
+    """A claim at one training-subset size (vit/data_size at 1k) draws that size's pixel floor, the one its
+    sides' verdict used (each side's Stat), not the floor of the whole profile's runs (several sizes: none)."""
+    from types import SimpleNamespace
+
+    from reproductions.sweeping.claims_page import _sides
+    from reproductions.sweeping.collect import Stat
+
+    def row(a_floor, b_floor, difference=3.0):
+        c = SimpleNamespace(difference=difference, stat_a=Stat(82.4, 0.2, 3, floor=a_floor), stat_b=Stat(78.5, 0.5, 3, floor=b_floor))
+        return SimpleNamespace(profile=None), c
+
+    assert _sides([row(79.4, 79.4), row(None, 81.9), row(None, None), row(79.4, 79.4, difference=None)]) == [
+        (82.4, 78.5, 79.4), (82.4, 78.5, 81.9), (82.4, 78.5, None)]

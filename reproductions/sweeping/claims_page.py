@@ -43,11 +43,9 @@ from reproductions.run.curve import LAST_PART, PLATEAU_THRESHOLD
 from reproductions.sweeping.checks import ClaimLine, Comparison, check_claims, verdict_counts
 from reproductions.sweeping.collect import VariantResults, collect, run_identity
 from reproductions.sweeping.figures import plot_claim_by_scale, png_bytes
-from reproductions.sweeping.floors import floor_of
 from reproductions.sweeping.plan import Plan, make_plan
 from reproductions.sweeping.records import SMOKE_PROFILE, Record, is_smoke
 from reproductions.sweeping.spec import SCALE_AXES, Profile, Sweep, load_sweep
-from reproductions.sweeping.tables import FLOOR_METRIC
 from utils.atomic import atomic_write_bytes, atomic_write_text
 
 
@@ -206,35 +204,34 @@ def _figure_name(sweep: Sweep, claim: str) -> str:
     return f"{sweep.id.replace('/', '-')}-{slug}-{digest}.png"
 
 
-def _figure_points(rows: list[tuple[Measured, Comparison]]) -> tuple[list[tuple[str, float | None, float, float | None]], str]:
-    """The figure's points (the profiles with a difference) and its x label: the scale's numbers
-    when all share one numeric axis, else one labelled position per profile."""
+def _figure_points(rows: list[tuple[Measured, Comparison]]) -> tuple[list[tuple[str, float | None, float, float | None, str | None]], str]:
+    """The figure's points (the profiles with a difference, each with its scale's ``series``) and its x
+    label: the scale's numbers when all share one numeric axis (two profiles at one value are told
+    apart by their series), else one labelled position per profile."""
     done = [(m, c) for m, c in rows if c.difference is not None]
     scales = [m.profile.scale for m, _ in done]
     axes = {s.axis for s in scales if s is not None}
     numeric = None not in scales and len(axes) == 1 and "dataset" not in axes
-    numeric = numeric and len({s.value for s in scales}) == len(scales)  # two profiles at one value: by name
+    numeric = numeric and len({(s.value, s.series) for s in scales}) == len(scales)  # one series, one value: by name
     if numeric:
         (axis,) = axes
         data = {s.data for s in scales}
         points = [(m.profile.name + (f" ({m.profile.scale.data})" if len(data) > 1 and m.profile.scale.data else ""),
-                   float(m.profile.scale.value), c.difference, c.se) for m, c in done]  # fmt: skip
+                   float(m.profile.scale.value), c.difference, c.se, m.profile.scale.series) for m, c in done]  # fmt: skip
         return points, SCALE_AXES[axis]
-    points = [(f"{m.profile.name}\n" + scale_label(m.profile).replace(" (", "\n("), None, c.difference, c.se) for m, c in done]
+    points = [(f"{m.profile.name}\n" + scale_label(m.profile).replace(" (", "\n("), None, c.difference, c.se, None) for m, c in done]
     return points, "profile (scale)"
 
 
 def _sides(rows: list[tuple[Measured, Comparison]]) -> list[tuple[float | None, float | None, float | None]]:
-    """Per point of the figure (the profiles with a difference): a's and b's means and the pixel floor of the
-    profile's runs (one training set for all, a test-accuracy metric), in the metric's units."""
+    """Per point of the figure (the profiles with a difference): a's and b's means and the pixel floor of
+    their runs (each side's training set: a claim at one subset size gets that size's floor; a metric
+    with a floor alone), in the metric's units."""
     out = []
-    for m, c in rows:
+    for _, c in rows:
         if c.difference is None:
             continue
-        floor = None
-        if c.metric.key == FLOOR_METRIC:
-            found = floor_of([r for vr in m.collected for r in vr.results], floors_dir=m.collected[0].floors_dir) if m.collected else None
-            floor = None if found is None else found["test_acc"] * c.metric.scale
+        floor = c.stat_a.floor if c.stat_a.floor is not None else c.stat_b.floor
         out.append((c.stat_a.mean, c.stat_b.mean, floor))
     return out
 

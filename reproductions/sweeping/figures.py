@@ -256,41 +256,77 @@ def _tick(value: float) -> str:
     return f"{value:g}"
 
 
-def plot_claim_by_scale(claim: str, points: list[tuple[str, float | None, float, float | None]], *, xlabel: str,
+#: the marker of each scale series on a claim's figure: the sweep's main line first, then each other protocol
+SERIES_MARKERS = ("o", "D", "s", "^", "v")
+
+
+def _series_offsets(xs: list[float], series: list[str | None], log: bool) -> list[float]:
+    """``xs`` with the points of different series at one value moved apart a little (their bars would
+    overlap): by a factor on a log axis, by a share of the span on a linear one."""
+    span = (max(xs) - min(xs)) or max(abs(xs[0]), 1.0)
+    out = list(xs)
+    for x in set(xs):
+        at = [i for i, v in enumerate(xs) if v == x]
+        names = list(dict.fromkeys(series[i] for i in at))
+        if len(names) < 2:
+            continue
+        for i in at:
+            k = names.index(series[i]) - (len(names) - 1) / 2
+            out[i] = x * 1.08**k if log else x + 0.025 * span * k
+    return out
+
+
+def plot_claim_by_scale(claim: str, points: list[tuple[str, float | None, float, float | None, str | None]], *, xlabel: str,
                         ylabel: str, title: str, sides: list[tuple[float | None, float | None, float | None]] | None = None,
                         names: tuple[str, str] = ("a", "b"), metric_label: str = ""):  # fmt: skip
     """One claim's difference a - b against the profiles' scale. ``points``: (label, x, a - b,
-    standard error) per profile in scale order; x None for all: one evenly spaced, labelled
+    standard error, series) per profile in scale order; x None for all: one evenly spaced, labelled
     position per profile (scales on different axes, or data sets by name); a log axis when the
-    numbers span 8x or more, ticked at the profiles' own values. Bars: ± 2 s.e. (the verdict's
-    threshold: a bar that crosses zero is within noise); a point without one (one seed) is drawn
-    hollow. ``sides``: per point (a's mean, b's mean, the pixel floor) in the metric's units; when
-    a floor is given, a second panel draws a and b against the scale with the floor dashed."""
+    numbers span 8x or more, ticked at the profiles' own values. A line joins the points of one
+    series (the profiles' ``scale.series``: None is the sweep's main protocol) where its scale grows;
+    each other series has its own marker, and points of two series at one value sit a little apart.
+    Bars: ± 2 s.e. (the verdict's threshold: a bar that crosses zero is within noise); a point
+    without one (one seed) is drawn hollow. ``sides``: per point (a's mean, b's mean, the pixel
+    floor) in the metric's units; when a floor is given, a second panel draws a and b against the
+    scale with the floor marked, joined within each series as the left panel is."""
     plt = pyplot()
     with_floor = sides is not None and any(f is not None for _, _, f in sides)
     fig, axes = plt.subplots(1, 2 if with_floor else 1, figsize=(12 if with_floor else 6.5, 4.2), squeeze=False)
     ax = axes[0][0]
-    numeric = all(x is not None for _, x, _, _ in points)
-    xs = [float(x) for _, x, _, _ in points] if numeric else list(range(len(points)))
-    ys = [d for _, _, d, _ in points]
-    if all(x0 < x1 for x0, x1 in zip(xs, xs[1:])):  # a line only where the scale grows
-        ax.plot(xs, ys, color="tab:blue", linewidth=1, alpha=0.6)
-    for k, ((label, _, d, se), x) in enumerate(zip(points, xs)):
+    numeric = all(x is not None for _, x, _, _, _ in points)
+    ticks = [float(x) for _, x, _, _, _ in points] if numeric else list(range(len(points)))
+    log = numeric and min(ticks) > 0 and max(ticks) / min(ticks) >= 8
+    series = [s for _, _, _, _, s in points]
+    order = sorted(dict.fromkeys(series), key=lambda s: s is not None)  # the main line's circles first
+    marker = {s: SERIES_MARKERS[k % len(SERIES_MARKERS)] for k, s in enumerate(order)}
+    xs = _series_offsets(ticks, series, log) if numeric else ticks
+    ys = [d for _, _, d, _, _ in points]
+
+    def joined(panel, values: list[float | None], color: str, **style) -> None:
+        """One line per series through its points, where its scale grows."""
+        for s in order:
+            pts = [(x, v) for x, v, si in zip(xs, values, series) if si == s and v is not None]
+            if len(pts) > 1 and all(a[0] < b[0] for a, b in zip(pts, pts[1:])):
+                panel.plot([p[0] for p in pts], [p[1] for p in pts], color=color, linestyle="-" if s is None else ":", **style)
+
+    joined(ax, ys, "tab:blue", linewidth=1, alpha=0.6)
+    for k, ((label, _, d, se, s), x) in enumerate(zip(points, xs)):
         hollow = se is None
-        ax.errorbar([x], [d], yerr=[2 * se if se is not None else 0.0], fmt="o", capsize=4, color="tab:blue",
-                    markerfacecolor="white" if hollow else "tab:blue")  # fmt: skip
+        ax.errorbar([x], [d], yerr=[2 * se if se is not None else 0.0], fmt=marker[s], capsize=4, color="tab:blue",
+                    markerfacecolor="white" if hollow else "tab:blue",
+                    label=None if s is None or s in [p[4] for p in points[:k]] else f"{s} (a separate series)")  # fmt: skip
         if numeric:  # the last point's label to its left: it stays inside the panel
             last = k == len(points) - 1 and len(points) > 1
             ax.annotate(label + (" (one seed)" if hollow else ""), (x, d), textcoords="offset points",
                         xytext=(-6 if last else 6, 6), ha="right" if last else "left", fontsize=8)  # fmt: skip
     for panel in axes[0]:
         if numeric:
-            if min(xs) > 0 and max(xs) / min(xs) >= 8:
+            if log:
                 panel.set_xscale("log")
-            scale_ticks(panel, xs)
+            scale_ticks(panel, ticks)
             panel.margins(x=0.15)
         else:
-            panel.set_xticks(xs, [label + ("\n(one seed)" if se is None else "") for label, _, _, se in points], fontsize=8)
+            panel.set_xticks(xs, [label + ("\n(one seed)" if se is None else "") for label, _, _, se, _ in points], fontsize=8)
             panel.set_xlim(-0.5, len(xs) - 0.5)
         panel.set_xlabel(xlabel)
         panel.grid(alpha=0.3)
@@ -305,8 +341,12 @@ def plot_claim_by_scale(claim: str, points: list[tuple[str, float | None, float,
     if with_floor:
         right = axes[0][1]
         for k, (name, color) in enumerate(zip(names, ("tab:blue", "tab:orange"))):
-            pts = [(x, side[k]) for x, side in zip(xs, sides) if side[k] is not None]
-            right.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=color, label=name)
+            values = [side[k] for side in sides]
+            joined(right, values, color)
+            for s in order:
+                pts = [(x, v) for x, v, si in zip(xs, values, series) if si == s and v is not None]
+                right.plot([p[0] for p in pts], [p[1] for p in pts], linestyle="none", marker=marker[s], color=color,
+                           label=name if s == order[0] else None)  # fmt: skip
         floor_pts = [(x, side[2]) for x, side in zip(xs, sides) if side[2] is not None]
         right.plot([p[0] for p in floor_pts], [p[1] for p in floor_pts], linestyle="none", marker="_", markersize=22,
                    markeredgewidth=2, color="black", label="pixel logistic regression (floor of each profile's data)")  # fmt: skip

@@ -88,7 +88,7 @@ _SWEEP_KEYS = {
 }  # fmt: skip
 _PROFILE_KEYS = {"description", "scale", "base", "configs", "seeds", "jobs", "threads", "overrides", "variants", "product",
                  "variant_overrides", "report", "device_s"}
-_SCALE_KEYS = {"axis", "value", "data", "budget"}
+_SCALE_KEYS = {"axis", "value", "data", "budget", "series"}
 #: a profile's ``scale.axis`` -> how its value is named (``dataset``: the value is the data set's name)
 SCALE_AXES = {"tokens": "tokens", "train_images": "training images", "samples": "samples", "dataset": "data set",
               "epochs": "epochs", "train_steps": "training steps"}
@@ -165,6 +165,9 @@ class Scale:
     value: float | str
     data: str | None = None
     budget: str | None = None  # the training budget where the axis is not one ("4 epochs"), for the label
+    # another protocol along the same axis ("shared recipe"): a claim's figure joins a profile's point only to
+    # points of its own series, so a line across budgets never passes through a different protocol
+    series: str | None = None
 
     @property
     def label(self) -> str:
@@ -517,7 +520,10 @@ def _scale(where: str, spec: Any) -> Scale:
     if budget is not None and (axis in BUDGET_AXES or not isinstance(budget, str) or not budget.strip()):
         raise SweepError(f"{where}.budget={budget!r} must be the training budget in words (\"4 epochs\"), on a "
                          f"scale whose axis is not itself a budget ({', '.join(BUDGET_AXES)})")
-    return Scale(str(axis), value, data, budget)
+    series = spec.get("series")
+    if series is not None and (not isinstance(series, str) or not series.strip()):
+        raise SweepError(f"{where}.series={series!r} must name the protocol in words (\"shared recipe\")")
+    return Scale(str(axis), value, data, budget, series)
 
 
 def _metric(where: str, spec: Any) -> Metric:
