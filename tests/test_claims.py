@@ -165,6 +165,7 @@ def test_two_profiles_at_one_scale_are_told_apart_by_name_in_labels_and_by_serie
     ({"axis": "tokens", "value": -16}, r"profiles\.cpu\.scale\.value=-16 must be a positive number of tokens"),
     ({"axis": "dataset", "value": 3}, r"profiles\.cpu\.scale\.value=3: on the dataset axis the value is the data set's name"),
     ({"axis": "tokens", "value": 16, "size": 1}, r"profiles\.cpu\.scale: unknown keys \['size'\]"),
+    ({"axis": "epochs", "value": 3, "series": " "}, r"profiles\.cpu\.scale\.series=' ' must name the protocol in words"),
 ])  # fmt: skip
 def test_a_bad_scale_is_refused_naming_the_file_and_the_profile(tmp_path, capsys, scale, message):
     bad = claims_sweep(tmp_path, cpu={"scale": scale})
