@@ -143,7 +143,9 @@ def test_a_whole_schedule_sibling_differs_from_it_where_its_file_says(profile, p
     same = {(r.variant.name, r.seed): r for r in whole.runs}
     assert len(other.runs) == len(whole.runs) == 45
     budget = path[-1] == "max_steps"  # the scale's axis is train_steps
-    assert other.profile.scale == (dataclasses.replace(whole.profile.scale, value=value) if budget else whole.profile.scale)
+    # the budget point continues the whole schedule's line; the augmented one is a series of its own at the same point
+    assert other.profile.scale == (dataclasses.replace(whole.profile.scale, value=value) if budget
+                                   else dataclasses.replace(whole.profile.scale, series="crop + flip"))  # fmt: skip
     *parents, leaf = path
     for run in other.runs:
         a, b = resolved_config(whole, same[run.variant.name, run.seed]), resolved_config(other, run)
@@ -175,7 +177,7 @@ def test_the_hybrid_budgets_differ_from_cpu_in_the_epochs_alone_and_the_shared_r
     cpu, other = make_plan("vit/hybrid", "cpu"), make_plan("vit/hybrid", profile)
     same = {(r.variant.name, r.seed): r for r in cpu.runs}
     assert len(other.runs) == len(cpu.runs) == 18
-    assert other.profile.scale == dataclasses.replace(cpu.profile.scale, value=epochs)
+    assert other.profile.scale == dataclasses.replace(cpu.profile.scale, value=epochs, series=None if tuned else "shared recipe")
     for run in other.runs:
         a, b = resolved_config(cpu, same[run.variant.name, run.seed]), resolved_config(other, run)
         lr, wd = HYBRID_PICKS[run.variant.name]
