@@ -157,3 +157,44 @@ def test_sigterm_to_a_sweeps_process_group_stops_its_run_with_a_checkpoint_and_r
     assert list(root.rglob("*.lock")) == []
     assert not (root / "vit" / "patch_size-smoke" / "patch_size=2").exists()  # never started
     _no_process_left(str(root))
+
+
+def test_a_signal_is_noted_before_lightnings_handler_from_the_moment_lightning_registers_it():
+    """Lightning registers its SIGTERM handler at each stage's start; under DDP it runs a collective inside
+    the handler, which raises once the other process has stopped, wherever the process is (inside
+    ``inspect.getfullargspec`` that became "TypeError: unsupported callable"). From registration on the
+    handler notes the signal first, so the stop is still known for what it is."""
+    from lightning import Trainer
+
+    from reproductions.run.signals import StopSignals
+    from utils import stop
+
+    class Cli:
+        trainer = None
+
+    signals = StopSignals(Cli())
+    before = {s: signal.getsignal(s) for s in signals.signals()}
+    noted = list(stop._noted)
+    try:
+        signals.install()
+        trainer = Cli.trainer = Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                                        enable_checkpointing=False, enable_model_summary=False)
+        signals.follow(trainer)
+        signals.follow(trainer)  # once is enough: a second call does not wrap twice
+
+        def collective_of_a_stopped_peer(signum, frame):
+            raise RuntimeError("Connection closed by peer")
+
+        trainer._signal_connector._sigterm_notifier_fn = collective_of_a_stopped_peer
+        trainer._signal_connector.register_signal_handlers()
+        handler = signal.getsignal(signal.SIGTERM)
+        assert getattr(handler, "notes_first", False)
+        stop._noted.clear()
+        with pytest.raises(RuntimeError, match="closed by peer"):
+            handler(signal.SIGTERM, None)
+        assert stop.noted() == signal.SIGTERM and signals.received == signal.SIGTERM
+        trainer._signal_connector.teardown()
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+        stop._noted[:] = noted

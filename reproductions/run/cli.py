@@ -275,7 +275,9 @@ class ReproductionCLI(RecordsFailures, WritesResults, LightningCLI):
         kwargs.setdefault("logger", self._loggers(trainer_cfg.get("logger")))
         kwargs.setdefault("default_root_dir", str(self.run_dir))
         kwargs.setdefault("plugins", self._plugins(trainer_cfg))
-        return super().instantiate_trainer(**kwargs)
+        trainer = super().instantiate_trainer(**kwargs)
+        self.signals.follow(trainer)
+        return trainer
 
     def _plugins(self, trainer_cfg) -> list:
         """The configured plugins plus atomic checkpoint IO and, in a SLURM batch job, Lightning's

@@ -103,6 +103,25 @@ class StopSignals:
             return
         raise stop.StopRequested(signum)  # not an Exception: no `except Exception` on the way swallows it
 
+    def follow(self, trainer) -> None:
+        """Wrap ``trainer``'s registration of Lightning's signal handlers (at the start of each stage, just
+        before its first barrier) so that ``seen_first`` runs the moment Lightning's handler is in place:
+        from then on a signal is noted before Lightning's handler runs its collective, whatever the process
+        is doing (a hook that checked later left a window in which the collective's failure, raised inside
+        the signal handler, read as an unrelated error)."""
+        connector = getattr(trainer, "_signal_connector", None)
+        register = getattr(connector, "register_signal_handlers", None)
+        if register is None or getattr(register, "notes_first", False):
+            return
+
+        def register_then_note_first() -> None:
+            register()
+            if not self.training:
+                self.seen_first()
+
+        register_then_note_first.notes_first = True  # type: ignore[attr-defined]
+        connector.register_signal_handlers = register_then_note_first
+
     def seen_first(self) -> None:
         """Outside training Lightning's SIGTERM handler acts (it was set for this stage), and under DDP it runs
         a collective, which raises when the other process has already stopped: before it, note the signal
@@ -167,15 +186,7 @@ class StopAtTheSameStep(Callback):
             stop.pause_at("first_step")
 
     def on_test_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self.signals.seen_first()
         stop.pause_at("test")
-
-    def on_validation_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        if not self.signals.training:
-            self.signals.seen_first()
-
-    def on_sanity_check_start(self, trainer: Trainer, pl_module: LightningModule) -> None:
-        self.signals.seen_first()
 
     def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs, batch, batch_idx: int) -> None:
         stopping = self.signals.pending
