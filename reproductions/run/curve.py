@@ -100,16 +100,22 @@ def plateau(curve: dict[str, Any] | None, monitor: str | None, *, stopped_early:
     return out
 
 
-def run_plateau(results: dict[str, Any]) -> dict[str, Any] | None:
+def run_plateau(results: dict[str, Any], *, reread: bool = False) -> dict[str, Any] | None:
     """A run's (or record's) plateau: as recorded, else read from its curve (older runs); None when
-    neither says (a results.json without either)."""
+    neither says (a results.json without either). ``reread``: what the rule reads from the curve today,
+    with the early stopping the run recorded, even where a plateau is recorded (one made under an older
+    rule differs)."""
     recorded = results.get("plateau")
-    if isinstance(recorded, dict):
+    if isinstance(recorded, dict) and not reread:
         return recorded
     curve = results.get("curve")
     if not isinstance(curve, dict):
-        return None
-    return plateau(curve, (results.get("best") or {}).get("monitor"), val_size=(results.get("data") or {}).get("val_size"))
+        if not reread:
+            return None
+        curve = None  # the rule reads "cannot tell"
+    stopped_early = recorded.get("stopped_early") if isinstance(recorded, dict) else None
+    return plateau(curve, (results.get("best") or {}).get("monitor"), stopped_early=stopped_early,
+                   val_size=(results.get("data") or {}).get("val_size"))
 
 
 def still_rising(results: dict[str, Any]) -> bool:

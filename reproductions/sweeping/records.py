@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from reproductions.run.curve import finite_or_none, plateau, read_curve
+from reproductions.run.curve import finite_or_none, plateau, read_curve, run_plateau
 from reproductions.run.results import RESULTS_FILE, results_state
 from reproductions.sweeping.spec import REPO_ROOT, SweepError, profiles_by_sweep
 from utils.atomic import atomic_write_json
@@ -548,20 +548,12 @@ def add_run(run_dir: Path, registry: str | os.PathLike, existing: dict[str, Path
     return out
 
 
-def recorded_plateau_now(data: dict[str, Any]) -> dict[str, Any]:
-    """The plateau the rule (reproductions/run/curve.py) reads from a record's own curve today, with
-    the early stopping its run recorded; a record whose ``plateau`` differs was made under an older rule."""
-    recorded = data.get("plateau") or {}
-    return plateau(data.get("curve"), (data.get("best") or {}).get("monitor"), stopped_early=recorded.get("stopped_early"),
-                   val_size=(data.get("data") or {}).get("val_size"))  # fmt: skip
-
-
 def stale_plateaus(records: Iterable[Record]) -> Iterator[tuple[Record, dict[str, Any]]]:
     """Records whose recorded ``plateau`` is not what the rule reads from their curve now, each with
     the plateau it reads (a record without one is read from its curve anyway: ``run_plateau``)."""
     for rec in records:
         if isinstance(rec.data.get("plateau"), dict):
-            now = recorded_plateau_now(rec.data)
+            now = run_plateau(rec.data, reread=True)
             if now != rec.data["plateau"]:
                 yield rec, now
 
