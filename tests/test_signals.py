@@ -180,7 +180,9 @@ def test_a_signal_is_noted_before_lightnings_handler_from_the_moment_lightning_r
         trainer = Cli.trainer = Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
                                         enable_checkpointing=False, enable_model_summary=False)
         signals.follow(trainer)
-        signals.follow(trainer)  # once is enough: a second call does not wrap twice
+        wrapped = trainer._signal_connector.register_signal_handlers
+        signals.follow(trainer)
+        assert trainer._signal_connector.register_signal_handlers is wrapped  # a second call does not wrap twice
 
         def collective_of_a_stopped_peer(signum, frame):
             raise RuntimeError("Connection closed by peer")

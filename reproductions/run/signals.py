@@ -116,8 +116,7 @@ class StopSignals:
 
         def register_then_note_first() -> None:
             register()
-            if not self.training:
-                self.seen_first()
+            self.seen_first()
 
         register_then_note_first.notes_first = True  # type: ignore[attr-defined]
         connector.register_signal_handlers = register_then_note_first
