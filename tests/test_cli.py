@@ -272,6 +272,19 @@ def test_bad_config_fails_before_training_with_a_clear_message(tmp_path, overrid
 # --------------------------------------------------------------------------- W&B
 
 
+@pytest.fixture
+def _wandb_singleton_dropped_after():
+    """These tests let wandb set up its process-wide settings without WANDB_MODE; a later ``wandb.init``
+    in the same test process would inherit them and ask for a login: drop what the test set up."""
+    from wandb.sdk import wandb_setup
+
+    existed = wandb_setup._singleton is not None
+    yield
+    if not existed:
+        wandb_setup.teardown()
+
+
+@pytest.mark.usefixtures("_wandb_singleton_dropped_after")
 def test_wandb_mode_follows_key_and_env(monkeypatch, tmp_path):
     for var in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE"):
         monkeypatch.delenv(var, raising=False)
@@ -298,6 +311,7 @@ def test_wandb_mode_follows_key_and_env(monkeypatch, tmp_path):
     assert key_source() == "WANDB_API_KEY" and not wandb_offline()
 
 
+@pytest.mark.usefixtures("_wandb_singleton_dropped_after")
 def test_wandb_mode_finds_the_login_to_the_library_default_host(monkeypatch, tmp_path):
     """``wandb login`` with the pinned wandb writes its key for the library's default host, whatever its
     name: that counts as logged in (the host is wandb's, not one spelt in our code)."""
@@ -313,6 +327,7 @@ def test_wandb_mode_finds_the_login_to_the_library_default_host(monkeypatch, tmp
     assert key_source() == f"the netrc entry for {host}" and not wandb_offline()
 
 
+@pytest.mark.usefixtures("_wandb_singleton_dropped_after")
 def test_wandb_probe_goes_offline_at_once_when_the_server_is_known_down(monkeypatch, tmp_path):
     import socket
     import time
