@@ -349,6 +349,7 @@ def test_wandb_probe_goes_offline_at_once_when_the_server_is_known_down(monkeypa
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("_wandb_singleton_dropped_after")
 def test_wandb_switch_logs_an_offline_run_with_group_and_tags(tmp_path, monkeypatch):
     monkeypatch.delenv("WANDB_MODE", raising=False)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
